@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Host codec throughput, one core: encode and decode of every built-in policy at 8, 4 and 2 bits
+// (bucket 1024), and memcpy of the same buffer in the same binary as the ceiling. Bytes per second
+// count bytes read + written (encode: input + packet; decode: packet + output; memcpy: 2 x buffer).
+// After the Google Benchmark table it prints each median as a ratio to memcpy's median, next to the
+// goals of issue 2.
+//
+//   qsdp_codec_bench [--values=N] [google benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <qsdp/codec.hpp>
+
+namespace {
+
+std::size_t g_values = std::size_t{1} << 24;  // 64 MiB of float: well beyond the caches
+
+template <class T>
+const std::vector<T>& input() {
+  static const std::vector<T> data = [] {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    std::vector<T> v(g_values);
+    for (auto& x : v) x = qsdp::detail::element_traits<T>::from_float(normal(rng));
+    return v;
+  }();
+  return data;
+}
+
+void bm_memcpy(benchmark::State& state) {
+  const auto& src = input<float>();
+  std::vector<float> dst(src.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * src.size() * sizeof(float)));
+}
+
+template <class Q, class T>
+void bm_encode(benchmark::State& state, Q q) {
+  const auto& src = input<T>();
+  std::vector<std::byte> packet(qsdp::compressed_size<T>(q, src.size()));
+  for (auto _ : state) {
+    qsdp::encode(q, src.data(), src.size(), packet.data());
+    benchmark::DoNotOptimize(packet.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * (src.size() * sizeof(T) + packet.size())));
+}
+
+template <class Q, class T>
+void bm_decode(benchmark::State& state, Q q) {
+  const auto& src = input<T>();
+  std::vector<std::byte> packet(qsdp::compressed_size<T>(q, src.size()));
+  qsdp::encode(q, src.data(), src.size(), packet.data());
+  std::vector<T> out(src.size());
+  for (auto _ : state) {
+    qsdp::decode(q, packet.data(), out.size(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * (src.size() * sizeof(T) + packet.size())));
+}
+
+template <class Q>
+void register_policy(const std::string& name, Q q) {
+  benchmark::RegisterBenchmark(("encode/" + name).c_str(), [q](benchmark::State& s) { bm_encode<Q, float>(s, q); });
+  benchmark::RegisterBenchmark(("decode/" + name).c_str(), [q](benchmark::State& s) { bm_decode<Q, float>(s, q); });
+}
+
+/// Keeps the median of every benchmark as well as printing the usual table.
+class median_collector : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, double> bytes_per_second;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs)
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median")
+        bytes_per_second[r.run_name.function_name] = r.counters.at("bytes_per_second");
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  bool repetitions_given = false;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--values=", 9) == 0) {
+      g_values = std::strtoull(argv[i] + 9, nullptr, 10);
+      if (g_values == 0) {
+        std::fprintf(stderr, "qsdp_codec_bench: --values needs a positive integer\n");
+        return 2;
+      }
+      continue;
+    }
+    if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0) repetitions_given = true;
+    args.push_back(argv[i]);
+  }
+  // Medians of 5 repetitions by default: the machines are shared and noisy.
+  std::string repetitions = "--benchmark_repetitions=5", aggregates = "--benchmark_report_aggregates_only=true";
+  if (!repetitions_given) {
+    args.push_back(repetitions.data());
+    args.push_back(aggregates.data());
+  }
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+
+  benchmark::RegisterBenchmark("memcpy", bm_memcpy);
+  register_policy("uniform<8>", qsdp::uniform<8>{});
+  register_policy("stochastic<8>", qsdp::stochastic<8>{.seed = 1});
+  register_policy("symmetric<8>", qsdp::symmetric<8>{});
+  register_policy("random_shift<8>", qsdp::random_shift<8>{.seed = 1});
+  register_policy("uniform<4>", qsdp::uniform<4>{});
+  register_policy("stochastic<4>", qsdp::stochastic<4>{.seed = 1});
+  register_policy("symmetric<4>", qsdp::symmetric<4>{});
+  register_policy("random_shift<4>", qsdp::random_shift<4>{.seed = 1});
+  register_policy("uniform<2>", qsdp::uniform<2>{});
+  register_policy("stochastic<2>", qsdp::stochastic<2>{.seed = 1});
+  register_policy("symmetric<2>", qsdp::symmetric<2>{});
+  register_policy("random_shift<2>", qsdp::random_shift<2>{.seed = 1});
+  register_policy("identity", qsdp::identity{});
+
+  std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s\n", g_values,
+              g_values * 4.0 / 1048576, qsdp::detail::host_codec_isa());
+  median_collector reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+
+  const auto& m = reporter.bytes_per_second;
+  if (!m.count("memcpy")) return 0;  // filtered out: no ceiling to compare with
+  const double ceiling = m.at("memcpy");
+  const std::map<std::string, double> goals = {{"encode/uniform<8>", 0.6}, {"decode/uniform<8>", 0.7},
+                                               {"encode/symmetric<8>", 0.6}, {"decode/symmetric<8>", 0.7},
+                                               {"encode/stochastic<8>", 0.4}};
+  std::printf("\nratio to memcpy (medians; memcpy %.2f GB/s, bytes read + written)\n", ceiling / 1e9);
+  std::printf("%-24s %10s %8s %8s %s\n", "benchmark", "GB/s", "ratio", "goal", "");
+  for (const auto& [name, bps] : m) {
+    if (name == "memcpy") continue;
+    const auto goal = goals.find(name);
+    const double ratio = bps / ceiling;
+    if (goal == goals.end())
+      std::printf("%-24s %10.2f %8.2f %8s\n", name.c_str(), bps / 1e9, ratio, "-");
+    else
+      std::printf("%-24s %10.2f %8.2f %8.2f %s\n", name.c_str(), bps / 1e9, ratio, goal->second,
+                  ratio >= goal->second ? "met" : "MISSED");
+  }
+  return 0;
+}

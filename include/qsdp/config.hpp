@@ -1,0 +1,50 @@
+// qsdp: compressed collectives for sharded data-parallel training.
+// SPDX-License-Identifier: Apache-2.0
+//
+// Configuration macros and the library's single error type. Every other header includes this one.
+#pragma once
+
+#include <bit>
+#include <stdexcept>
+#include <string>
+
+#define QSDP_VERSION_MAJOR 0
+#define QSDP_VERSION_MINOR 1
+#define QSDP_VERSION_PATCH 0
+
+// Functions shared by the host codec and the CUDA kernels carry QSDP_HOST_DEVICE, so that both sides run
+// the very same per-element arithmetic and produce bit-identical packets.
+#if defined(__CUDACC__)
+#define QSDP_HOST_DEVICE __host__ __device__
+#else
+#define QSDP_HOST_DEVICE
+#endif
+
+#if defined(__CUDACC__) || defined(__GNUC__) || defined(__clang__)
+#define QSDP_FORCE_INLINE inline __attribute__((always_inline))
+#else
+#define QSDP_FORCE_INLINE inline
+#endif
+
+// __half and __nv_bfloat16 come from the CUDA toolkit's headers, which work on the host without nvcc.
+// When they are not on the include path, qsdp still builds; only those two element types are missing.
+#if !defined(QSDP_HAS_CUDA_HALF)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#define QSDP_HAS_CUDA_HALF 1
+#else
+#define QSDP_HAS_CUDA_HALF 0
+#endif
+#endif
+
+namespace qsdp {
+
+static_assert(std::endian::native == std::endian::little,
+              "qsdp's wire format is little-endian; big-endian hosts are not supported");
+
+/// The one exception type qsdp throws. Messages name the argument, its value and what was expected.
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace qsdp

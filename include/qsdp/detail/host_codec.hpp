@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The host codec's loops. Each bucket is read twice while it sits in L1 (statistics, then codes), the
+// per-element policy call is inlined and vectorized, and codes are packed in groups of eight. On x86-64
+// the loops are compiled twice, for the baseline ISA and for AVX2+FMA, and picked at run time: users get
+// the fast path without compiling their code with -mavx2, and both paths compute bit-identical results
+// (every multiply-add in a policy is an explicit fma, so nothing depends on contraction).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "../quantizers.hpp"
+#include "bit_packing.hpp"
+#include "float_types.hpp"
+#include "format.hpp"
+#include "philox.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(QSDP_NO_DISPATCH)
+#define QSDP_HOST_X86_DISPATCH 1
+#else
+#define QSDP_HOST_X86_DISPATCH 0
+#endif
+
+namespace qsdp::detail {
+
+inline constexpr std::size_t host_segment = 2048;  // values handled per inner loop (stays in L1)
+
+template <class T>
+QSDP_FORCE_INLINE T load_element(const T* p, std::size_t i) {
+  T v;  // memcpy: element pointers may sit at any byte offset
+  std::memcpy(&v, reinterpret_cast<const unsigned char*>(p) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <class T>
+QSDP_FORCE_INLINE void store_element(T* p, std::size_t i, T v) {
+  std::memcpy(reinterpret_cast<unsigned char*>(p) + i * sizeof(T), &v, sizeof(T));
+}
+
+struct raw_bucket_stats {
+  float min;
+  float max;
+  bool finite;
+};
+
+/// Maps a float's bits to an int32 with the same order (for finite values), so that min and max become
+/// integer reductions, which vectorize without -ffast-math; non-finite values are flagged separately.
+QSDP_FORCE_INLINE std::int32_t ordered_key(std::uint32_t bits) {
+  const auto sbits = static_cast<std::int32_t>(bits);
+  return sbits ^ ((sbits >> 31) & 0x7FFFFFFF);
+}
+
+/// min, max and whether every value is finite, in one vectorizable pass.
+template <class T>
+QSDP_FORCE_INLINE raw_bucket_stats scan_bucket(const T* src, std::size_t n) {
+  std::int32_t lo = std::numeric_limits<std::int32_t>::max();
+  std::int32_t hi = std::numeric_limits<std::int32_t>::min();
+  std::uint32_t non_finite = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::uint32_t bits =
+        std::bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, j)));
+    const std::int32_t key = ordered_key(bits);
+    lo = key < lo ? key : lo;
+    hi = key > hi ? key : hi;
+    non_finite |= static_cast<std::uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
+  }
+  // ordered_key is its own inverse.
+  return {std::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(lo)))),
+          std::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi)))),
+          non_finite == 0};
+}
+
+/// Fills words[0, 4 * blocks) with Philox blocks first_block ... first_block + blocks - 1.
+QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain, std::uint64_t first_block,
+                                   std::size_t blocks, std::uint32_t* words) {
+  for (std::size_t j = 0; j < blocks; ++j) {
+    const philox_block b = key.block(domain, first_block + j);
+    words[4 * j + 0] = b.v[0];
+    words[4 * j + 1] = b.v[1];
+    words[4 * j + 2] = b.v[2];
+    words[4 * j + 3] = b.v[3];
+  }
+}
+
+/// Writes the header and every section of a quantized packet.
+template <class Q, class T>
+QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t count,
+                                        std::byte* packet, const packet_layout& l,
+                                        const rng_key& key) {
+  using meta_type = typename Q::meta_type;
+  constexpr int B = Q::bits;
+  const std::size_t bucket_size = q.bucket_size;
+
+  std::byte* const meta_out = packet + l.meta_offset;
+  std::byte* const flags = packet + l.flags_offset;
+  const std::size_t meta_end = l.meta_offset + l.buckets * sizeof(meta_type);
+  std::memset(packet + meta_end, 0, l.codes_offset - meta_end);  // padding and non-finite flags
+
+  code_writer<B> codes(packet + l.codes_offset);
+  alignas(64) float draws[host_segment];
+  alignas(64) std::uint32_t words[host_segment + 8];
+
+  for (std::size_t b = 0; b < l.buckets; ++b) {
+    const std::size_t begin = b * bucket_size;
+    const std::size_t n = std::min(bucket_size, count - begin);
+    const raw_bucket_stats raw = scan_bucket(src + begin, n);
+    meta_type m{};
+    if (!raw.finite) {
+      // NaN or inf in the bucket: flag it (decoders produce NaN for all of it) and send zero codes.
+      flags[b / 8] |= std::byte{static_cast<unsigned char>(1u << (b % 8))};
+      std::memcpy(meta_out + b * sizeof(meta_type), &m, sizeof m);
+      for (std::size_t done = 0; done < n;) {
+        const std::size_t k = std::min(n - done, codes.space());
+        std::memset(codes.slots(), 0, k);
+        codes.commit(k);
+        done += k;
+      }
+      continue;
+    }
+    bucket_stats s;
+    s.min = raw.min;
+    s.max = raw.max;
+    s.abs_max = std::max(-raw.min, raw.max);
+    s.count = n;
+    if constexpr (randomized_buckets<Q>()) s.u = key.uniform(draw_domain::bucket, b);
+    m = q.fit(s);
+    std::memcpy(meta_out + b * sizeof(meta_type), &m, sizeof m);
+
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t k = std::min({n - done, codes.space(), host_segment});
+      const std::size_t first = begin + done;
+      std::uint8_t* out = codes.slots();
+      const T* in = src + first;
+      if constexpr (randomized_elements<Q>()) {
+        const std::size_t first_block = first / 4, skip = first % 4;
+        philox_fill(key, draw_domain::element, first_block, (skip + k + 3) / 4, words);
+        for (std::size_t j = 0; j < k; ++j) draws[j] = uniform_from_bits(words[skip + j]);
+        for (std::size_t j = 0; j < k; ++j)
+          out[j] = static_cast<std::uint8_t>(
+              q.encode(element_traits<T>::to_float(load_element(in, j)), m, draws[j]));
+      } else {
+        for (std::size_t j = 0; j < k; ++j)
+          out[j] = static_cast<std::uint8_t>(
+              q.encode(element_traits<T>::to_float(load_element(in, j)), m, 0.0f));
+      }
+      codes.commit(k);
+      done += k;
+    }
+  }
+  const std::size_t written = codes.finish();
+  std::memset(packet + l.codes_offset + written, 0, l.total - l.codes_offset - written);
+}
+
+/// Where decoded values go: stored as T (saturating finite values) ...
+template <class T>
+struct store_sink {
+  T* dst;
+  QSDP_FORCE_INLINE void put(std::size_t i, float v) const {
+    store_element(dst, i, saturating_from_float<T>(v));
+  }
+  void fill_nan(std::size_t begin, std::size_t end) const {
+    const T nan = element_traits<T>::from_float(std::numeric_limits<float>::quiet_NaN());
+    for (std::size_t i = begin; i < end; ++i) store_element(dst, i, nan);
+  }
+};
+
+/// ... or added to an fp32 accumulator.
+struct accumulate_sink {
+  float* acc;
+  QSDP_FORCE_INLINE void put(std::size_t i, float v) const {
+    store_element(acc, i, load_element(acc, i) + v);
+  }
+  void fill_nan(std::size_t begin, std::size_t end) const {
+    for (std::size_t i = begin; i < end; ++i)
+      store_element(acc, i, std::numeric_limits<float>::quiet_NaN());
+  }
+};
+
+/// Decodes values [begin, end) of a validated quantized packet into `sink`.
+template <class Q, class Sink>
+QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, const packet_layout& l,
+                                        std::size_t count, std::size_t begin, std::size_t end,
+                                        const Sink& sink) {
+  using meta_type = typename Q::meta_type;
+  constexpr int B = Q::bits;
+  const std::size_t bucket_size = q.bucket_size;
+  const std::byte* const meta_in = packet + l.meta_offset;
+  const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
+  const std::byte* const stream = packet + l.codes_offset;
+  alignas(64) std::uint8_t staging[B == 8 ? 1 : host_segment];
+
+  for (std::size_t i = begin; i < end;) {
+    const std::size_t b = i / bucket_size;
+    const std::size_t bucket_end = std::min((b + 1) * bucket_size, count);
+    const std::size_t stop = std::min({bucket_end, end, i + host_segment});
+    const std::size_t n = stop - i;
+    if (flags[b / 8] & (1u << (b % 8))) {
+      sink.fill_nan(i, stop);
+      i = stop;
+      continue;
+    }
+    meta_type m;
+    std::memcpy(&m, meta_in + b * sizeof(meta_type), sizeof m);
+    const std::uint8_t* codes;
+    if constexpr (B == 8) {
+      codes = reinterpret_cast<const std::uint8_t*>(stream) + i;
+    } else {
+      unpack_codes<B>(stream, i, n, staging);
+      codes = staging;
+    }
+    for (std::size_t j = 0; j < n; ++j) sink.put(i + j, q.decode(codes[j], m));
+    i = stop;
+  }
+}
+
+// ---- ISA dispatch -------------------------------------------------------------------------------
+
+#if QSDP_HOST_X86_DISPATCH
+inline bool host_cpu_has_avx2_fma() {
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+}
+#endif
+
+/// Tests set this to run the baseline loops on a machine that has AVX2, to compare the two paths.
+inline std::atomic<bool> host_force_baseline{false};
+
+#if QSDP_HOST_X86_DISPATCH
+inline bool host_has_avx2_fma() {
+  return !host_force_baseline.load(std::memory_order_relaxed) && host_cpu_has_avx2_fma();
+}
+#define QSDP_TARGET_AVX2 __attribute__((target("avx2,fma"), flatten))
+#define QSDP_TARGET_BASE __attribute__((flatten))
+
+template <class Q, class T>
+QSDP_TARGET_AVX2 void encode_quantized_avx2(const Q& q, const T* src, std::size_t count,
+                                            std::byte* packet, const packet_layout& l,
+                                            const rng_key& key) {
+  encode_quantized(q, src, count, packet, l, key);
+}
+template <class Q, class T>
+QSDP_TARGET_BASE void encode_quantized_base(const Q& q, const T* src, std::size_t count,
+                                            std::byte* packet, const packet_layout& l,
+                                            const rng_key& key) {
+  encode_quantized(q, src, count, packet, l, key);
+}
+template <class Q, class Sink>
+QSDP_TARGET_AVX2 void decode_quantized_avx2(const Q& q, const std::byte* packet,
+                                            const packet_layout& l, std::size_t count,
+                                            std::size_t begin, std::size_t end, const Sink& sink) {
+  decode_quantized(q, packet, l, count, begin, end, sink);
+}
+template <class Q, class Sink>
+QSDP_TARGET_BASE void decode_quantized_base(const Q& q, const std::byte* packet,
+                                            const packet_layout& l, std::size_t count,
+                                            std::size_t begin, std::size_t end, const Sink& sink) {
+  decode_quantized(q, packet, l, count, begin, end, sink);
+}
+#undef QSDP_TARGET_AVX2
+#undef QSDP_TARGET_BASE
+#endif
+
+/// Which host code path runs: "avx2+fma" or "baseline" (reported by the benchmarks).
+inline const char* host_codec_isa() {
+#if QSDP_HOST_X86_DISPATCH
+  return host_has_avx2_fma() ? "avx2+fma" : "baseline";
+#else
+  return "baseline";
+#endif
+}
+
+template <class Q, class T>
+void run_encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
+                const packet_layout& l, const rng_key& key) {
+#if QSDP_HOST_X86_DISPATCH
+  if (host_has_avx2_fma()) return encode_quantized_avx2(q, src, count, packet, l, key);
+  return encode_quantized_base(q, src, count, packet, l, key);
+#else
+  encode_quantized(q, src, count, packet, l, key);
+#endif
+}
+
+template <class Q, class Sink>
+void run_decode(const Q& q, const std::byte* packet, const packet_layout& l, std::size_t count,
+                std::size_t begin, std::size_t end, const Sink& sink) {
+#if QSDP_HOST_X86_DISPATCH
+  if (host_has_avx2_fma()) return decode_quantized_avx2(q, packet, l, count, begin, end, sink);
+  return decode_quantized_base(q, packet, l, count, begin, end, sink);
+#else
+  decode_quantized(q, packet, l, count, begin, end, sink);
+#endif
+}
+
+}  // namespace qsdp::detail
