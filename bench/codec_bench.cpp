@@ -109,11 +109,16 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0) repetitions_given = true;
     args.push_back(argv[i]);
   }
-  // Medians of 5 repetitions by default: the machines are shared and noisy.
-  std::string repetitions = "--benchmark_repetitions=5", aggregates = "--benchmark_report_aggregates_only=true";
+  // Medians of 9 repetitions by default, with the repetitions of all benchmarks interleaved in random
+  // order: the machines are shared and noisy, and interleaving spreads a slow spell over every
+  // benchmark (memcpy included) instead of sinking one of them.
+  std::string repetitions = "--benchmark_repetitions=9",
+              aggregates = "--benchmark_report_aggregates_only=true",
+              interleave = "--benchmark_enable_random_interleaving=true";
   if (!repetitions_given) {
     args.push_back(repetitions.data());
     args.push_back(aggregates.data());
+    args.push_back(interleave.data());
   }
   int count = static_cast<int>(args.size());
   benchmark::Initialize(&count, args.data());

@@ -73,3 +73,20 @@ TEST_CASE("seed, call, stream and domain each select a different stream") {
   // The high half of the seed matters too.
   CHECK(first_words({7 + (std::uint64_t{1} << 32), 0, 0}, draw_domain::element) != reference);
 }
+
+TEST_CASE("per-value draws are the element domain's words read as 16-bit halves") {
+  const rng_key key{.seed = 3, .call = 9, .stream = 2};
+  double sum = 0;
+  constexpr int n = 100000;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto block = key.block(draw_domain::element, i / 8);
+    const std::uint32_t word = block.v[(i / 2) % 4];
+    const std::uint32_t half = i % 2 ? word >> 16 : word & 0xFFFF;
+    const float u = key.value_uniform(i);
+    REQUIRE(u == (static_cast<float>(half) + 0.5f) / 65536.0f);
+    REQUIRE(u > 0.0f);
+    REQUIRE(u < 1.0f);
+    sum += u;
+  }
+  CHECK(std::abs(sum / n - 0.5) < 5 * std::sqrt(1.0 / 12 / n));
+}

@@ -27,6 +27,10 @@
 #define QSDP_HOST_X86_DISPATCH 0
 #endif
 
+#if QSDP_HOST_X86_DISPATCH
+#include "host_avx2.hpp"
+#endif
+
 namespace qsdp::detail {
 
 inline constexpr std::size_t host_segment = 2048;  // values handled per inner loop (stays in L1)
@@ -88,8 +92,19 @@ QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain, std::
   }
 }
 
-/// Writes the header and every section of a quantized packet.
-template <class Q, class T>
+/// Whether the hand-vectorized AVX2 loops serve policy Q (only compiled on x86-64).
+template <class Q>
+consteval bool avx2_kernels_for() {
+#if QSDP_HOST_X86_DISPATCH
+  return avx2::has_plan<Q>;
+#else
+  return false;
+#endif
+}
+
+/// Writes the header and every section of a quantized packet. Avx2: use the AVX2 loops for the
+/// built-in policies (the caller has checked the CPU and compiled this with the avx2 target).
+template <bool Avx2, class Q, class T>
 QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t count,
                                         std::byte* packet, const packet_layout& l,
                                         const rng_key& key) {
@@ -103,13 +118,24 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
   std::memset(packet + meta_end, 0, l.codes_offset - meta_end);  // padding and non-finite flags
 
   code_writer<B> codes(packet + l.codes_offset);
+  constexpr bool fast = Avx2 && avx2_kernels_for<Q>();
   alignas(64) float draws[host_segment];
-  alignas(64) std::uint32_t words[host_segment + 8];
+  alignas(64) std::uint32_t words[host_segment + 128];  // room for whole Philox groups
+  alignas(64) float converted[fast && !std::is_same_v<T, float> ? host_segment : 1];
 
   for (std::size_t b = 0; b < l.buckets; ++b) {
     const std::size_t begin = b * bucket_size;
     const std::size_t n = std::min(bucket_size, count - begin);
-    const raw_bucket_stats raw = scan_bucket(src + begin, n);
+    raw_bucket_stats raw;
+#if QSDP_HOST_X86_DISPATCH
+    if constexpr (Avx2 && std::is_same_v<T, float>) {
+      const avx2::scan_result r = avx2::scan_f32(src + begin, n);
+      raw = {r.min, r.max, r.finite};
+    } else
+#endif
+    {
+      raw = scan_bucket(src + begin, n);
+    }
     meta_type m{};
     if (!raw.finite) {
       // NaN or inf in the bucket: flag it (decoders produce NaN for all of it) and send zero codes.
@@ -137,10 +163,34 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
       const std::size_t first = begin + done;
       std::uint8_t* out = codes.slots();
       const T* in = src + first;
+#if QSDP_HOST_X86_DISPATCH
+      if constexpr (fast) {
+        const float* values;
+        if constexpr (std::is_same_v<T, float>) {
+          values = in;
+        } else {
+          for (std::size_t j = 0; j < k; ++j) converted[j] = element_traits<T>::to_float(load_element(in, j));
+          values = converted;
+        }
+        const avx2::encode_plan plan = avx2::plan<Q>::encoder(q, m);
+        if constexpr (randomized_elements<Q>()) {
+          avx2::encode_codes<true>(values, k, plan, avx2::value_halves(key, first, k, words), out);
+        } else {
+          avx2::encode_codes<false>(values, k, plan, nullptr, out);
+        }
+        codes.commit(k);
+        done += k;
+        continue;
+      }
+#endif
       if constexpr (randomized_elements<Q>()) {
-        const std::size_t first_block = first / 4, skip = first % 4;
-        philox_fill(key, draw_domain::element, first_block, (skip + k + 3) / 4, words);
-        for (std::size_t j = 0; j < k; ++j) draws[j] = uniform_from_bits(words[skip + j]);
+        // The blocks' words read as 16-bit halves, in order, are the per-value draws.
+        const std::size_t first_block = first / 8, skip = first % 8;
+        philox_fill(key, draw_domain::element, first_block, (skip + k + 7) / 8, words);
+        for (std::size_t j = 0; j < k; ++j) {
+          const std::size_t h = skip + j;
+          draws[j] = uniform_from_half(h & 1 ? words[h / 2] >> 16 : words[h / 2]);
+        }
         for (std::size_t j = 0; j < k; ++j)
           out[j] = static_cast<std::uint8_t>(
               q.encode(element_traits<T>::to_float(load_element(in, j)), m, draws[j]));
@@ -168,6 +218,18 @@ struct store_sink {
     const T nan = element_traits<T>::from_float(std::numeric_limits<float>::quiet_NaN());
     for (std::size_t i = begin; i < end; ++i) store_element(dst, i, nan);
   }
+#if QSDP_HOST_X86_DISPATCH
+  __attribute__((target("avx2,fma"))) void put_avx2(
+      std::size_t i, std::size_t n, const std::uint8_t* codes, const avx2::decode_plan& plan) const {
+    if constexpr (std::is_same_v<T, float>) {
+      avx2::decode_values<false>(codes, n, plan, dst + i);
+    } else {
+      alignas(64) float values[host_segment];
+      avx2::decode_values<false>(codes, n, plan, values);
+      for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
+    }
+  }
+#endif
 };
 
 /// ... or added to an fp32 accumulator.
@@ -180,10 +242,16 @@ struct accumulate_sink {
     for (std::size_t i = begin; i < end; ++i)
       store_element(acc, i, std::numeric_limits<float>::quiet_NaN());
   }
+#if QSDP_HOST_X86_DISPATCH
+  __attribute__((target("avx2,fma"))) void put_avx2(
+      std::size_t i, std::size_t n, const std::uint8_t* codes, const avx2::decode_plan& plan) const {
+    avx2::decode_values<true>(codes, n, plan, acc + i);
+  }
+#endif
 };
 
 /// Decodes values [begin, end) of a validated quantized packet into `sink`.
-template <class Q, class Sink>
+template <bool Avx2, class Q, class Sink>
 QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, const packet_layout& l,
                                         std::size_t count, std::size_t begin, std::size_t end,
                                         const Sink& sink) {
@@ -214,6 +282,13 @@ QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, con
       unpack_codes<B>(stream, i, n, staging);
       codes = staging;
     }
+#if QSDP_HOST_X86_DISPATCH
+    if constexpr (Avx2 && avx2_kernels_for<Q>()) {
+      sink.put_avx2(i, n, codes, avx2::plan<Q>::decoder(q, m));
+      i = stop;
+      continue;
+    }
+#endif
     for (std::size_t j = 0; j < n; ++j) sink.put(i + j, q.decode(codes[j], m));
     i = stop;
   }
@@ -242,25 +317,25 @@ template <class Q, class T>
 QSDP_TARGET_AVX2 void encode_quantized_avx2(const Q& q, const T* src, std::size_t count,
                                             std::byte* packet, const packet_layout& l,
                                             const rng_key& key) {
-  encode_quantized(q, src, count, packet, l, key);
+  encode_quantized<true>(q, src, count, packet, l, key);
 }
 template <class Q, class T>
 QSDP_TARGET_BASE void encode_quantized_base(const Q& q, const T* src, std::size_t count,
                                             std::byte* packet, const packet_layout& l,
                                             const rng_key& key) {
-  encode_quantized(q, src, count, packet, l, key);
+  encode_quantized<false>(q, src, count, packet, l, key);
 }
 template <class Q, class Sink>
 QSDP_TARGET_AVX2 void decode_quantized_avx2(const Q& q, const std::byte* packet,
                                             const packet_layout& l, std::size_t count,
                                             std::size_t begin, std::size_t end, const Sink& sink) {
-  decode_quantized(q, packet, l, count, begin, end, sink);
+  decode_quantized<true>(q, packet, l, count, begin, end, sink);
 }
 template <class Q, class Sink>
 QSDP_TARGET_BASE void decode_quantized_base(const Q& q, const std::byte* packet,
                                             const packet_layout& l, std::size_t count,
                                             std::size_t begin, std::size_t end, const Sink& sink) {
-  decode_quantized(q, packet, l, count, begin, end, sink);
+  decode_quantized<false>(q, packet, l, count, begin, end, sink);
 }
 #undef QSDP_TARGET_AVX2
 #undef QSDP_TARGET_BASE
@@ -282,7 +357,7 @@ void run_encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
   if (host_has_avx2_fma()) return encode_quantized_avx2(q, src, count, packet, l, key);
   return encode_quantized_base(q, src, count, packet, l, key);
 #else
-  encode_quantized(q, src, count, packet, l, key);
+  encode_quantized<false>(q, src, count, packet, l, key);
 #endif
 }
 
@@ -293,7 +368,7 @@ void run_decode(const Q& q, const std::byte* packet, const packet_layout& l, std
   if (host_has_avx2_fma()) return decode_quantized_avx2(q, packet, l, count, begin, end, sink);
   return decode_quantized_base(q, packet, l, count, begin, end, sink);
 #else
-  decode_quantized(q, packet, l, count, begin, end, sink);
+  decode_quantized<false>(q, packet, l, count, begin, end, sink);
 #endif
 }
 

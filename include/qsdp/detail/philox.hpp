@@ -45,13 +45,22 @@ QSDP_HOST_DEVICE constexpr float uniform_from_bits(std::uint32_t bits) {
   return static_cast<float>(bits >> 8) * 0x1p-24f;
 }
 
+/// A 16-bit draw as a float in (0, 1): (k + 1/2) / 2^16, exact. Per-value draws use 16 bits: that
+/// halves the generator's cost, and the rounding it allows is at most 2^-17 of a quantization step
+/// (for 8-bit codes, 2^-25 of the bucket's range: below float rounding of the values themselves).
+QSDP_HOST_DEVICE constexpr float uniform_from_half(std::uint32_t half) {
+  return (static_cast<float>(half & 0xFFFFu) + 0.5f) * 0x1p-16f;
+}
+
 /// What a random draw of the codec is for: one number per element, or one per bucket.
 enum class draw_domain : std::uint32_t { element = 0, bucket = 1 };
 
-/// Where one encode call sits in the random stream. Counter layout of a draw (see docs/wire-format.md):
+/// Where one encode call sits in the random stream. Counter layout of a block (docs/wire-format.md):
 ///   key     = (seed low 32 bits, seed high 32 bits)
-///   counter = (index/4 low 32, index/4 high 32, call low 32, stream | domain << 31)
-/// and the draw for `index` is word index%4 of that block.
+///   counter = (block low 32, block high 32, call low 32, stream | domain << 31)
+/// Per-bucket draws (24 bits): bucket b uses word b%4 of block b/4 of the bucket domain.
+/// Per-value draws (16 bits): the element domain's blocks, read as a stream of 16-bit halves
+/// (word 0 low half, word 0 high half, word 1 low half, ...): value i uses half i%8 of block i/8.
 struct rng_key {
   std::uint64_t seed = 0;
   std::uint64_t call = 0;
@@ -65,9 +74,15 @@ struct rng_key {
                          static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
   }
 
-  /// U[0,1) draw number `index` of the given domain.
+  /// U[0,1) draw number `index` of the given domain, from a whole 32-bit word (24 bits used).
   QSDP_HOST_DEVICE constexpr float uniform(draw_domain domain, std::uint64_t index) const {
     return uniform_from_bits(block(domain, index >> 2).v[index & 3]);
+  }
+
+  /// The 16-bit draw of value `index` (what stochastic rounding uses).
+  QSDP_HOST_DEVICE constexpr float value_uniform(std::uint64_t index) const {
+    const std::uint32_t word = block(draw_domain::element, index >> 3).v[(index >> 1) & 3];
+    return uniform_from_half(index & 1 ? word >> 16 : word);
   }
 };
 

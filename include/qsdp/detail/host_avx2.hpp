@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Hand-vectorized AVX2+FMA loops for the built-in policies on x86-64. Compilers vectorize the generic
+// loops poorly here: without -ffast-math they will not turn the clamps into min/max instructions, and
+// the double-precision arithmetic the built-ins need for exactness spills registers. These loops do the
+// very same IEEE operations in the same order as the policies' scalar functions (convert, subtract,
+// fma, max, min, truncate), so results are bit-identical to the baseline path; the tests compare both.
+//
+// Every function here carries the avx2/fma target attribute and is only called when the CPU has both.
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "../quantizers.hpp"
+#include "philox.hpp"
+
+// Small helpers are force-inlined into the loops; the loops themselves are ordinary (out-of-line)
+// functions, so that the generic codec templates, compiled for the baseline ISA, may call them.
+#define QSDP_AVX2_INLINE inline __attribute__((always_inline, target("avx2,fma")))
+#define QSDP_AVX2_LOOP inline __attribute__((target("avx2,fma")))
+
+namespace qsdp::detail::avx2 {
+
+struct scan_result {
+  float min;
+  float max;
+  bool finite;
+};
+
+/// min, max and finiteness of n floats (any alignment), via the order-preserving integer key.
+QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) {
+  const __m256i sign_clear = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i exponent = _mm256_set1_epi32(0x7F800000);
+  __m256i lo = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::max());
+  __m256i hi = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::min());
+  __m256i bad = _mm256_setzero_si256();
+  const std::size_t vector_end = n - n % 8;
+  for (std::size_t j = 0; j < vector_end; j += 8) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
+    const __m256i key = _mm256_xor_si256(bits, _mm256_and_si256(_mm256_srai_epi32(bits, 31), sign_clear));
+    lo = _mm256_min_epi32(lo, key);
+    hi = _mm256_max_epi32(hi, key);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(bits, exponent), exponent));
+  }
+  alignas(32) std::int32_t lo_lanes[8], hi_lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lo_lanes), lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(hi_lanes), hi);
+  std::int32_t l = lo_lanes[0], h = hi_lanes[0];
+  for (int k = 1; k < 8; ++k) {
+    l = lo_lanes[k] < l ? lo_lanes[k] : l;
+    h = hi_lanes[k] > h ? hi_lanes[k] : h;
+  }
+  bool finite = _mm256_testz_si256(bad, bad);
+  for (std::size_t j = vector_end; j < n; ++j) {
+    std::uint32_t b;
+    std::memcpy(&b, src + j, 4);
+    const auto s = static_cast<std::int32_t>(b);
+    const std::int32_t key = s ^ ((s >> 31) & 0x7FFFFFFF);
+    l = key < l ? key : l;
+    h = key > h ? key : h;
+    finite = finite && (b & 0x7F800000u) != 0x7F800000u;
+  }
+  auto from_key = [](std::int32_t key) {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF)));
+  };
+  return {from_key(l), from_key(h), finite};
+}
+
+/// Four Philox states, one block per 64-bit lane. Each 32-bit state word sits in the low half of its
+/// lane: _mm256_mul_epu32 then yields the full 64-bit product in place (high half = Philox's "hi",
+/// low half = "lo"), and the garbage the high halves collect is never read, since the multiply and the
+/// final store only look at the low halves.
+struct philox_lanes {
+  __m256i c0, c1, c2, c3;
+};
+
+QSDP_AVX2_INLINE philox_lanes philox_start(const rng_key& key, draw_domain domain,
+                                           std::uint64_t first_block) {
+  const __m256i block = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(first_block)),
+                                         _mm256_setr_epi64x(0, 1, 2, 3));
+  return {block, _mm256_srli_epi64(block, 32),
+          _mm256_set1_epi64x(static_cast<long long>(static_cast<std::uint32_t>(key.call))),
+          _mm256_set1_epi64x(static_cast<long long>((key.stream & 0x7FFFFFFFu) |
+                                                    (static_cast<std::uint32_t>(domain) << 31)))};
+}
+
+QSDP_AVX2_INLINE void philox_round(philox_lanes& s, __m256i k0, __m256i k1) {
+  const __m256i m0 = _mm256_set1_epi64x(philox_m0);
+  const __m256i m1 = _mm256_set1_epi64x(philox_m1);
+  const __m256i p0 = _mm256_mul_epu32(s.c0, m0);
+  const __m256i p1 = _mm256_mul_epu32(s.c2, m1);
+  s.c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), s.c1), k0);
+  s.c1 = p1;
+  s.c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), s.c3), k1);
+  s.c3 = p0;
+}
+
+/// Stores the four blocks' 16 words in index order (block 0 words 0..3, block 1 words 0..3, ...).
+QSDP_AVX2_INLINE void philox_store(const philox_lanes& s, std::uint32_t* words) {
+  const __m256i w01 = _mm256_blend_epi32(s.c0, _mm256_slli_epi64(s.c1, 32), 0xAA);  // b w0 w1 per lane
+  const __m256i w23 = _mm256_blend_epi32(s.c2, _mm256_slli_epi64(s.c3, 32), 0xAA);  // b w2 w3 per lane
+  const __m256i even = _mm256_unpacklo_epi64(w01, w23);  // block 0 | block 2
+  const __m256i odd = _mm256_unpackhi_epi64(w01, w23);   // block 1 | block 3
+  auto* out = reinterpret_cast<__m256i*>(words);
+  _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(even, odd, 0x20));
+  _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(even, odd, 0x31));
+}
+
+/// The ten rounds' keys, broadcast once per call rather than once per round.
+struct philox_schedule {
+  __m256i k0[10], k1[10];
+};
+
+QSDP_AVX2_INLINE philox_schedule philox_keys(const rng_key& key) {
+  philox_schedule s;
+  std::uint32_t k0 = static_cast<std::uint32_t>(key.seed), k1 = static_cast<std::uint32_t>(key.seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    s.k0[round] = _mm256_set1_epi64x(k0);
+    s.k1[round] = _mm256_set1_epi64x(k1);
+    k0 += philox_w0;
+    k1 += philox_w1;
+  }
+  return s;
+}
+
+/// Philox-4x32-10 on 4 * Groups consecutive blocks: independent groups, so that one group's
+/// multiplies run while another's wait (a single chain of ten rounds is latency-bound).
+template <int Groups>
+QSDP_AVX2_INLINE void philox_groups(const rng_key& key, const philox_schedule& keys,
+                                    draw_domain domain, std::uint64_t first_block,
+                                    std::uint32_t* words) {
+  philox_lanes g[Groups];
+  for (int i = 0; i < Groups; ++i) g[i] = philox_start(key, domain, first_block + 4 * i);
+#pragma GCC unroll 10
+  for (int round = 0; round < 10; ++round)
+    for (int i = 0; i < Groups; ++i) philox_round(g[i], keys.k0[round], keys.k1[round]);
+  for (int i = 0; i < Groups; ++i) philox_store(g[i], words + 16 * i);
+}
+
+inline constexpr int philox_group_count = 4;
+
+/// The 16-bit per-value draws of values first .. first + n - 1 (see rng_key::value_uniform): the
+/// element domain's words read as a stream of little-endian 16-bit halves. Returns where the halves
+/// of value `first` start. `words` needs room for (n + 7) / 2 + 16 * philox_group_count words: whole
+/// groups of blocks are generated.
+QSDP_AVX2_LOOP const std::uint16_t* value_halves(const rng_key& key, std::uint64_t first, std::size_t n,
+                                                 std::uint32_t* words) {
+  const std::uint64_t first_block = first / 8;
+  const std::size_t blocks = (first % 8 + n + 7) / 8;
+  const philox_schedule keys = philox_keys(key);
+  for (std::size_t b = 0; b < blocks; b += 4 * philox_group_count)
+    philox_groups<philox_group_count>(key, keys, draw_domain::element, first_block + b, words + 4 * b);
+  return reinterpret_cast<const std::uint16_t*>(words) + first % 8;
+}
+
+/// U[0,1) from a 16-bit draw, in double: (h + 1/2) * 2^-16 = fma(h, 2^-16, 2^-17), exact, so it equals
+/// the float that uniform_from_half gives the scalar path.
+QSDP_AVX2_INLINE __m256d halves_to_uniform(const std::uint16_t* h) {
+  const __m128i h32 = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h)));
+  return _mm256_fmadd_pd(_mm256_cvtepi32_pd(h32), _mm256_set1_pd(0x1p-16), _mm256_set1_pd(0x1p-17));
+}
+
+/// The affine grid all built-in encoders share:
+///   code = trunc(min(max(fma(x - origin, inverse_step, offset), 0), top))
+/// with offset either a constant or the value's 16-bit draw (then offset = (halves[j] + 1/2) / 2^16).
+struct encode_plan {
+  double origin;
+  double inverse_step;
+  double offset;
+  double top;
+};
+
+QSDP_AVX2_INLINE __m128i encode4(__m128 x4, const encode_plan& p, __m256d offset) {
+  const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(x4), _mm256_set1_pd(p.origin));
+  __m256d t = _mm256_fmadd_pd(d, _mm256_set1_pd(p.inverse_step), offset);
+  t = _mm256_max_pd(t, _mm256_setzero_pd());    // t > 0 ? t : 0   (NaN -> 0, as in clamp_d)
+  t = _mm256_min_pd(t, _mm256_set1_pd(p.top));  // t < top ? t : top
+  return _mm256_cvttpd_epi32(t);
+}
+
+inline constexpr std::size_t prefetch_distance = 1024;  // values ahead
+
+template <bool PerValueOffset>
+QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const encode_plan& p,
+                                   const std::uint16_t* halves, std::uint8_t* out) {
+  const __m256d constant_offset = _mm256_set1_pd(p.offset);
+  const std::size_t vector_end = n - n % 16;
+  for (std::size_t j = 0; j < vector_end; j += 16) {
+    // The values were just scanned, so they sit in L1; meanwhile pull in what comes next (the next
+    // bucket, at the default size), so the memory reads overlap this arithmetic.
+    _mm_prefetch(reinterpret_cast<const char*>(x + j + prefetch_distance), _MM_HINT_T0);
+    __m128i q[4];
+    for (int h = 0; h < 4; ++h) {
+      const __m128 x4 = _mm_loadu_ps(x + j + 4 * h);
+      const __m256d offset =
+          PerValueOffset ? halves_to_uniform(halves + j + 4 * h) : constant_offset;
+      q[h] = encode4(x4, p, offset);
+    }
+    const __m128i words01 = _mm_packs_epi32(q[0], q[1]);  // codes <= 255: no saturation happens
+    const __m128i words23 = _mm_packs_epi32(q[2], q[3]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm_packus_epi16(words01, words23));
+  }
+  for (std::size_t j = vector_end; j < n; ++j) {
+    const double offset =
+        PerValueOffset ? static_cast<double>(uniform_from_half(halves[j])) : p.offset;
+    double t = fma_d(static_cast<double>(x[j]) - p.origin, p.inverse_step, offset);
+    out[j] = static_cast<std::uint8_t>(floor_nonnegative(clamp_d(t, 0.0, p.top)));
+  }
+}
+
+/// The decoders: value = fma(code + shift, step, base) (affine), or (code + shift) * step (scaled, for
+/// symmetric, whose scalar form is a product), then optionally clamped to [lo, hi] in double.
+struct decode_plan {
+  bool product;  // true: (code + shift) * step; false: fma(code + shift, step, base)
+  double shift;
+  double step;
+  double base;
+  bool clamp;
+  double lo;
+  double hi;
+};
+
+QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const decode_plan& p) {
+  const __m256d c = _mm256_add_pd(_mm256_cvtepi32_pd(codes32), _mm256_set1_pd(p.shift));
+  __m256d v = p.product ? _mm256_mul_pd(c, _mm256_set1_pd(p.step))
+                        : _mm256_fmadd_pd(c, _mm256_set1_pd(p.step), _mm256_set1_pd(p.base));
+  if (p.clamp) {
+    v = _mm256_max_pd(v, _mm256_set1_pd(p.lo));
+    v = _mm256_min_pd(v, _mm256_set1_pd(p.hi));
+  }
+  return _mm256_cvtpd_ps(v);
+}
+
+QSDP_AVX2_INLINE double decode1(std::uint8_t code, const decode_plan& p) {
+  const double c = static_cast<double>(code) + p.shift;
+  double v = p.product ? c * p.step : fma_d(c, p.step, p.base);
+  if (p.clamp) v = clamp_d(v, p.lo, p.hi);
+  return v;
+}
+
+/// out[j] = value (Accumulate: out[j] += value), float output at any alignment.
+template <bool Accumulate>
+QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const decode_plan& p,
+                                    float* out) {
+  const std::size_t vector_end = n - n % 8;
+  for (std::size_t j = 0; j < vector_end; j += 8) {
+    const __m256i c32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
+    const __m128 lo = decode4(_mm256_castsi256_si128(c32), p);
+    const __m128 hi = decode4(_mm256_extracti128_si256(c32, 1), p);
+    __m256 v = _mm256_set_m128(hi, lo);
+    if constexpr (Accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + j), v);
+    _mm256_storeu_ps(out + j, v);
+  }
+  for (std::size_t j = vector_end; j < n; ++j) {
+    float v = static_cast<float>(decode1(codes[j], p));
+    if constexpr (Accumulate) {
+      float a;
+      std::memcpy(&a, out + j, 4);
+      v = a + v;
+    }
+    std::memcpy(out + j, &v, 4);
+  }
+}
+
+// ---- plans of the built-in policies: the constants their scalar functions compute from metadata ----
+
+template <class Q>
+struct plan;  // no plan: the generic loop runs
+
+template <int B>
+struct plan<uniform<B>> {
+  static encode_plan encoder(const uniform<B>&, const range_meta& m) {
+    const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
+    return {m.min, range > 0.0 ? uniform<B>::levels / range : 0.0, 0.5, uniform<B>::levels};
+  }
+  static decode_plan decoder(const uniform<B>&, const range_meta& m) {
+    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / uniform<B>::levels;
+    return {false, 0.0, step, m.min, false, 0.0, 0.0};
+  }
+};
+
+template <int B>
+struct plan<stochastic<B>> {
+  static encode_plan encoder(const stochastic<B>&, const range_meta& m) {
+    const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
+    return {m.min, range > 0.0 ? stochastic<B>::levels / range : 0.0, 0.0, stochastic<B>::levels};
+  }
+  static decode_plan decoder(const stochastic<B>&, const range_meta& m) {
+    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / stochastic<B>::levels;
+    return {false, 0.0, step, m.min, false, 0.0, 0.0};
+  }
+};
+
+template <int B>
+struct plan<symmetric<B>> {
+  static constexpr double center = symmetric<B>::center;
+  static encode_plan encoder(const symmetric<B>&, const float& abs_max) {
+    // x - 0.0 == x for every finite x (including -0.0), so this matches fma(x, inverse, center + 1/2).
+    return {0.0, abs_max > 0.0f ? center / static_cast<double>(abs_max) : 0.0, center + 0.5, 2.0 * center};
+  }
+  static decode_plan decoder(const symmetric<B>&, const float& abs_max) {
+    return {true, -center, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
+  }
+};
+
+template <int B>
+struct plan<random_shift<B>> {
+  using Q = random_shift<B>;
+  static encode_plan encoder(const Q&, const shifted_range_meta& m) {
+    const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
+    return {m.min, range > 0.0 ? Q::intervals / range : 0.0, 1.5 - static_cast<double>(m.shift),
+            Q::intervals + 1.0};
+  }
+  static decode_plan decoder(const Q&, const shifted_range_meta& m) {
+    // (code - 1) + shift is exact in double, so adding (shift - 1) once gives the same value.
+    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / Q::intervals;
+    return {false, static_cast<double>(m.shift) - 1.0, step, m.min, true, -float_max, float_max};
+  }
+};
+
+template <class Q>
+inline constexpr bool has_plan = requires { plan<std::remove_cv_t<Q>>::encoder; };
+
+}  // namespace qsdp::detail::avx2
+
+#undef QSDP_AVX2_INLINE
+#undef QSDP_AVX2_LOOP
+
+#endif
