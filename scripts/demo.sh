@@ -6,23 +6,9 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-missing=()
-command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-command -v g++ >/dev/null 2>&1 || missing+=(g++)
-command -v make >/dev/null 2>&1 || missing+=(make)
-
-if ((${#missing[@]} > 0)); then
-  if [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    echo "==> installing missing packages: ${missing[*]}"
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-  else
-    echo "error: missing packages: ${missing[*]}" >&2
-    echo "install them with:" >&2
-    echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=scripts/lib/packages.sh
+source scripts/lib/packages.sh
+ensure_packages cmake:cmake g++:g++ make:make
 
 if [[ -d /usr/local/cuda/bin ]]; then
   export PATH="/usr/local/cuda/bin:${PATH}"

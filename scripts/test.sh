@@ -11,33 +11,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # --- dependencies -----------------------------------------------------------
-# is_installed <debian package>
-is_installed() {
-  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
-}
-
-missing=()
-command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-command -v g++ >/dev/null 2>&1 || missing+=(g++)
-command -v make >/dev/null 2>&1 || missing+=(make)
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
-[[ -f /usr/include/doctest/doctest.h ]] || missing+=(doctest-dev)
-for pkg in libbenchmark-dev libopenmpi-dev openmpi-bin; do
-  is_installed "${pkg}" || missing+=("${pkg}")
-done
-
-if ((${#missing[@]} > 0)); then
-  if [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    echo "==> installing missing packages: ${missing[*]}"
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-  else
-    echo "error: missing packages: ${missing[*]}" >&2
-    echo "install them with:" >&2
-    echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=scripts/lib/packages.sh
+source scripts/lib/packages.sh
+ensure_packages cmake:cmake g++:g++ make:make python3:python3 doctest-dev:/usr/include/doctest/doctest.h \
+  libbenchmark-dev libopenmpi-dev openmpi-bin
 
 # CUDA toolkit headers (optional): enables the __half / __nv_bfloat16 support.
 if [[ -d /usr/local/cuda/bin ]]; then

@@ -275,29 +275,24 @@ QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, cons
 template <class Q>
 struct plan;  // no plan: the generic loop runs
 
-template <int B>
-struct plan<uniform<B>> {
-  static encode_plan encoder(const uniform<B>&, const range_meta& m) {
+/// uniform and stochastic share their grid; only the encoder's offset differs (1/2, or the draw).
+template <class Q, bool RoundToNearest>
+struct range_grid_plan {
+  static encode_plan encoder(const Q&, const range_meta& m) {
     const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
-    return {m.min, range > 0.0 ? uniform<B>::levels / range : 0.0, 0.5, uniform<B>::levels};
+    return {m.min, range > 0.0 ? Q::levels / range : 0.0, RoundToNearest ? 0.5 : 0.0, Q::levels};
   }
-  static decode_plan decoder(const uniform<B>&, const range_meta& m) {
-    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / uniform<B>::levels;
+  static decode_plan decoder(const Q&, const range_meta& m) {
+    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / Q::levels;
     return {false, 0.0, step, m.min, false, 0.0, 0.0};
   }
 };
 
 template <int B>
-struct plan<stochastic<B>> {
-  static encode_plan encoder(const stochastic<B>&, const range_meta& m) {
-    const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
-    return {m.min, range > 0.0 ? stochastic<B>::levels / range : 0.0, 0.0, stochastic<B>::levels};
-  }
-  static decode_plan decoder(const stochastic<B>&, const range_meta& m) {
-    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / stochastic<B>::levels;
-    return {false, 0.0, step, m.min, false, 0.0, 0.0};
-  }
-};
+struct plan<uniform<B>> : range_grid_plan<uniform<B>, true> {};
+
+template <int B>
+struct plan<stochastic<B>> : range_grid_plan<stochastic<B>, false> {};  // offset: the value's draw
 
 template <int B>
 struct plan<symmetric<B>> {
