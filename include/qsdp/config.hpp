@@ -41,6 +41,18 @@ namespace qsdp {
 static_assert(std::endian::native == std::endian::little,
               "qsdp's wire format is little-endian; big-endian hosts are not supported");
 
+namespace detail {
+
+/// std::bit_cast for code shared with the GPU: std::bit_cast is a host function to nvcc, the builtin
+/// behind it works on both sides (g++, clang and nvcc all provide it).
+template <class To, class From>
+QSDP_HOST_DEVICE constexpr To bit_cast(const From& value) noexcept {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast needs types of the same size");
+  return __builtin_bit_cast(To, value);
+}
+
+}  // namespace detail
+
 /// The one exception type qsdp throws. Messages name the argument, its value and what was expected.
 class error : public std::runtime_error {
  public:

@@ -38,16 +38,16 @@ QSDP_HOST_DEVICE inline float half_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1Fu;
   const std::uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent == 0x1F) return detail::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
   if (exponent == 0) {  // zero or denormal: mantissa * 2^-24, exact in float
     const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
     return sign ? -magnitude : magnitude;
   }
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  return detail::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
 QSDP_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t bits = detail::bit_cast<std::uint32_t>(f);
   const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
   if (magnitude > 0x7F800000u)  // NaN: keep it a (quiet) NaN
@@ -59,7 +59,7 @@ QSDP_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
   }
   // Denormal half (or zero): |f| * 2^24 is exact, and rounding it to an integer with ties to even
   // gives the denormal's mantissa (a carry into 0x400 is the smallest normal, which is right).
-  const float scaled = std::bit_cast<float>(magnitude) * 0x1p24f;
+  const float scaled = detail::bit_cast<float>(magnitude) * 0x1p24f;
 #if defined(__CUDA_ARCH__)
   const auto mantissa = static_cast<std::uint16_t>(rintf(scaled));
 #else
@@ -69,11 +69,11 @@ QSDP_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
 }
 
 QSDP_HOST_DEVICE constexpr float bf16_bits_to_float(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+  return detail::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
 QSDP_HOST_DEVICE constexpr std::uint16_t float_to_bf16_bits(float f) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t bits = detail::bit_cast<std::uint32_t>(f);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
   return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }

@@ -69,7 +69,7 @@ QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) {
     finite = finite && (b & 0x7F800000u) != 0x7F800000u;
   }
   auto from_key = [](std::int32_t key) {
-    return std::bit_cast<float>(static_cast<std::uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF)));
+    return detail::bit_cast<float>(static_cast<std::uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF)));
   };
   return {from_key(l), from_key(h), finite};
 }

@@ -68,15 +68,15 @@ QSDP_FORCE_INLINE raw_bucket_stats scan_bucket(const T* src, std::size_t n) {
   std::uint32_t non_finite = 0;
   for (std::size_t j = 0; j < n; ++j) {
     const std::uint32_t bits =
-        std::bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, j)));
+        detail::bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, j)));
     const std::int32_t key = ordered_key(bits);
     lo = key < lo ? key : lo;
     hi = key > hi ? key : hi;
     non_finite |= static_cast<std::uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
   }
   // ordered_key is its own inverse.
-  return {std::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(lo)))),
-          std::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi)))),
+  return {detail::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(lo)))),
+          detail::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi)))),
           non_finite == 0};
 }
 
