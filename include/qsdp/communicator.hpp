@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Communicators: what the collectives need from a transport, and the in-process one (ranks as threads).
+// A communicator moves bytes and never quantizes; the collectives (collectives.hpp) never move bytes
+// themselves.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.hpp"
+
+namespace qsdp {
+
+/// Where a communicator's buffers live.
+enum class memory_space { host, device };
+
+/// Scratch memory a communicator owns for the collectives: grows when a larger call arrives and is
+/// reused otherwise, so steady-state calls allocate nothing. `growths()` counts reallocations (tests
+/// use it to prove reuse).
+class host_workspace {
+ public:
+  /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
+  std::byte* get(std::size_t bytes) {
+    if (bytes > capacity_) {
+      const std::size_t grown = std::max(bytes, capacity_ + capacity_ / 2);
+      storage_ = std::make_unique<std::byte[]>(grown + 64);
+      capacity_ = grown;
+      ++growths_;
+    }
+    auto address = reinterpret_cast<std::uintptr_t>(storage_.get());
+    return storage_.get() + ((64 - address % 64) % 64);
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t growths() const noexcept { return growths_; }
+
+ private:
+  std::unique_ptr<std::byte[]> storage_;
+  std::size_t capacity_ = 0;
+  std::size_t growths_ = 0;
+};
+
+/// What the collectives need from a transport (see README "Communicators"):
+///   rank(), size()                       this rank and the number of ranks
+///   all_gather_bytes(send, recv, n)      every rank contributes n bytes; recv holds size() * n bytes,
+///                                        rank r's block at offset r * n
+///   all_to_all_bytes(send, recv, n)      send holds size() blocks of n bytes, block j for rank j;
+///                                        recv gets block i from rank i at offset i * n
+///   workspace()                          scratch owned by the communicator, reused across calls
+///   next_call()                          a per-communicator call counter: every rank calls the
+///                                        collectives in the same order, so indices agree across ranks
+///   memory                               memory_space of the buffers it moves
+/// Every call is collective: all ranks make it, in the same order, with the same n.
+template <class C>
+concept communicator = requires(C& c, const std::byte* send, std::byte* recv, std::size_t n) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  c.all_gather_bytes(send, recv, n);
+  c.all_to_all_bytes(send, recv, n);
+  { c.workspace() } -> std::same_as<host_workspace&>;
+  { c.next_call() } -> std::convertible_to<std::uint64_t>;
+  { C::memory } -> std::convertible_to<memory_space>;
+};
+
+namespace detail {
+
+/// A reusable barrier for the in-process ranks that can be broken: when a rank fails, every rank
+/// waiting in it (or arriving later) gets a qsdp::error instead of waiting forever.
+class breakable_barrier {
+ public:
+  explicit breakable_barrier(int parties) : parties_(parties) {}
+
+  void arrive_and_wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (departed_ > 0 && !broken_) {
+      broken_ = true;
+      reason_ = "rank " + std::to_string(departed_rank_) + " returned while the others were still "
+                "in a collective (every rank must make the same calls)";
+      cv_.notify_all();
+    }
+    throw_if_broken();
+    const std::uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const bool released = cv_.wait_for(lock, timeout, [&] { return generation_ != generation || broken_; });
+    if (generation_ != generation) return;  // released before any failure: this exchange completed
+    throw_if_broken();
+    if (!released) {
+      broken_ = true;
+      reason_ = "a rank did not reach the collective within " + std::to_string(timeout.count()) +
+                " ms (it returned early, hangs, or called another collective)";
+      cv_.notify_all();
+      throw_if_broken();
+    }
+  }
+
+  /// A rank finished its work: anyone waiting now, or arriving later, can never be released.
+  void depart(int rank) {
+    std::lock_guard lock(mutex_);
+    if (departed_++ == 0) departed_rank_ = rank;
+    if (arrived_ > 0 && !broken_) {
+      broken_ = true;
+      reason_ = "rank " + std::to_string(rank) + " returned while the others were still in a "
+                "collective (every rank must make the same calls)";
+      cv_.notify_all();
+    }
+  }
+
+  void break_with(const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    if (!broken_) {
+      broken_ = true;
+      reason_ = reason;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void throw_if_broken() const {
+    if (broken_) throw qsdp::error("qsdp::local_communicator: collective abandoned: " + reason_);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  const int parties_;
+  int arrived_ = 0;
+  int departed_ = 0;
+  int departed_rank_ = -1;
+  std::uint64_t generation_ = 0;
+  bool broken_ = false;
+  std::string reason_;
+};
+
+/// What the threads of one run_local share: the barrier and each rank's posted send buffer.
+struct local_world {
+  explicit local_world(int size, std::chrono::milliseconds timeout)
+      : barrier(size), posted(static_cast<std::size_t>(size)), posted_bytes(static_cast<std::size_t>(size)),
+        timeout(timeout) {}
+  breakable_barrier barrier;
+  std::vector<const std::byte*> posted;
+  std::vector<std::size_t> posted_bytes;
+  std::chrono::milliseconds timeout;
+};
+
+}  // namespace detail
+
+/// Options of run_local.
+struct local_options {
+  /// How long a rank waits in a collective for the others before every rank gets a qsdp::error.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+/// One rank of an in-process world (ranks are threads of run_local). Host memory.
+class local_communicator {
+ public:
+  static constexpr memory_space memory = memory_space::host;
+
+  local_communicator(detail::local_world& world, int rank) : world_(&world), rank_(rank) {}
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(world_->posted.size()); }
+  host_workspace& workspace() noexcept { return workspace_; }
+  std::uint64_t next_call() noexcept { return calls_++; }
+
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    exchange(send, n, "all_gather_bytes", [&](int peer, const std::byte* data) {
+      if (n) std::memcpy(recv + static_cast<std::size_t>(peer) * n, data, n);
+    });
+  }
+
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    exchange(send, n * static_cast<std::size_t>(size()), "all_to_all_bytes", [&](int peer, const std::byte* data) {
+      if (n) std::memcpy(recv + static_cast<std::size_t>(peer) * n, data + static_cast<std::size_t>(rank_) * n, n);
+    });
+  }
+
+ private:
+  /// Post my buffer, wait for all, read every peer's buffer, wait until all have read.
+  template <class Read>
+  void exchange(const std::byte* send, std::size_t bytes, const char* what, Read&& read) {
+    world_->posted[static_cast<std::size_t>(rank_)] = send;
+    world_->posted_bytes[static_cast<std::size_t>(rank_)] = bytes;
+    world_->barrier.arrive_and_wait(world_->timeout);
+    for (int peer = 0; peer < size(); ++peer) {
+      const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
+      if (theirs != bytes) {
+        const std::string message = std::string("qsdp::local_communicator::") + what + ": rank " +
+                                    std::to_string(rank_) + " sends " + std::to_string(bytes) +
+                                    " bytes but rank " + std::to_string(peer) + " sends " +
+                                    std::to_string(theirs);
+        world_->barrier.break_with(message);
+        throw qsdp::error(message);
+      }
+    }
+    for (int peer = 0; peer < size(); ++peer) read(peer, world_->posted[static_cast<std::size_t>(peer)]);
+    world_->barrier.arrive_and_wait(world_->timeout);
+  }
+
+  detail::local_world* world_;
+  int rank_;
+  std::uint64_t calls_ = 0;
+  host_workspace workspace_;
+};
+
+static_assert(communicator<local_communicator>);
+
+/// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others are
+/// released from any collective with a qsdp::error and the first rank's exception is rethrown here; a
+/// rank that returns while others still wait in a collective releases them the same way.
+template <class Fn>
+void run_local(int world, Fn&& fn, local_options options = {}) {
+  if (world < 1)
+    throw qsdp::error("qsdp::run_local: world is " + std::to_string(world) + "; expected >= 1");
+  detail::local_world shared(world, options.timeout);
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  auto body = [&](int rank) {
+    try {
+      local_communicator comm(shared, rank);
+      fn(comm);
+      shared.barrier.depart(rank);  // releases ranks stuck waiting for this one, with an error
+    } catch (...) {
+      {
+        std::lock_guard lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+      }
+      shared.barrier.break_with("rank " + std::to_string(rank) + " failed");
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(world - 1));
+  for (int rank = 1; rank < world; ++rank) threads.emplace_back(body, rank);
+  body(0);
+  for (auto& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace qsdp

@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+// The collectives over the in-process communicator: results against a float64 reference within the
+// policies' bounds, identity bit-exact, unbiasedness, agreement checks, failures that end in errors.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include <qsdp/collectives.hpp>
+
+#include "test_support.hpp"
+
+using namespace qsdp_test;
+
+namespace {
+
+std::vector<float> rank_data(int rank, std::size_t n, std::uint32_t salt) {
+  return make_data(rank % 2 ? distribution::normal : distribution::gradient_with_outliers, n,
+                   static_cast<std::uint32_t>(rank * 7919 + salt));
+}
+
+template <class Q>
+std::string describe_policy(const Q& q) {
+  if constexpr (qsdp::detail::is_identity<Q>) return "identity";
+  else return describe(q);
+}
+
+/// Bound on |decoded - x| of every value of `x` as policy q quantizes it (per bucket).
+template <class Q>
+std::vector<double> per_value_bounds(const Q& q, const std::vector<float>& x) {
+  std::vector<double> bound(x.size(), 0.0);
+  if constexpr (!qsdp::detail::is_identity<Q>) {
+    for (std::size_t b = 0; b < x.size(); b += q.bucket_size) {
+      const std::size_t e = std::min(x.size(), b + q.bucket_size);
+      double lo = INFINITY, hi = -INFINITY;
+      for (std::size_t i = b; i < e; ++i) lo = std::min<double>(lo, x[i]), hi = std::max<double>(hi, x[i]);
+      for (std::size_t i = b; i < e; ++i) bound[i] = error_bound<Q, float>(lo, hi);
+    }
+  }
+  return bound;
+}
+
+template <class Q>
+void check_all_gather(const Q& q, int world, std::size_t count) {
+  std::mutex m;
+  std::string failure;
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    const auto mine = rank_data(comm.rank(), count, 1);
+    std::vector<float> full(count * static_cast<std::size_t>(world), -1.0f);
+    qsdp::all_gather(comm, q, mine.data(), full.data(), count);
+    for (int r = 0; r < world; ++r) {
+      const auto theirs = rank_data(r, count, 1);
+      const auto bound = per_value_bounds(q, theirs);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float got = full[static_cast<std::size_t>(r) * count + i];
+        const bool ok = qsdp::detail::is_identity<Q>
+                            ? std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(theirs[i])
+                            : std::abs(double(got) - theirs[i]) <= bound[i];
+        if (!ok) {
+          std::lock_guard lock(m);
+          failure = "rank " + std::to_string(comm.rank()) + " value " + std::to_string(i) +
+                    " from rank " + std::to_string(r) + ": " + std::to_string(got) + " vs " +
+                    std::to_string(theirs[i]);
+          return;
+        }
+      }
+    }
+  });
+  INFO(describe_policy(q) << " world " << world << " count " << count);
+  REQUIRE(failure == "");
+}
+
+template <class Q>
+void check_reduce_scatter(const Q& q, int world, std::size_t count, qsdp::reduce_op op) {
+  std::mutex m;
+  std::string failure;
+  const auto w = static_cast<std::size_t>(world);
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    const auto mine = rank_data(comm.rank(), count * w, 2);
+    std::vector<float> out(count, -1.0f);
+    qsdp::reduce_scatter(comm, q, mine.data(), out.data(), count, op);
+    // Reference: float64 sum over ranks of my chunk; bound: sum of the per-rank quantization bounds
+    // plus fp32 accumulation rounding.
+    std::vector<double> sum(count, 0.0), bound(count, 0.0), magnitude(count, 0.0);
+    for (int r = 0; r < world; ++r) {
+      const auto data = rank_data(r, count * w, 2);
+      const std::vector<float> chunk(data.begin() + static_cast<long>(comm.rank() * count),
+                                     data.begin() + static_cast<long>((comm.rank() + 1) * count));
+      const auto b = per_value_bounds(q, chunk);
+      for (std::size_t i = 0; i < count; ++i) {
+        sum[i] += chunk[i];
+        bound[i] += b[i];
+        magnitude[i] += std::abs(chunk[i]) + b[i];
+      }
+    }
+    const double scale = op == qsdp::reduce_op::avg ? 1.0 / world : 1.0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double allowed = (bound[i] + (world + 2) * 0x1p-24 * magnitude[i]) * scale + 1e-30;
+      if (!(std::abs(out[i] - sum[i] * scale) <= allowed)) {
+        std::lock_guard lock(m);
+        failure = "rank " + std::to_string(comm.rank()) + " value " + std::to_string(i) + ": " +
+                  std::to_string(out[i]) + " vs " + std::to_string(sum[i] * scale) + " allowed " +
+                  std::to_string(allowed);
+        return;
+      }
+    }
+  });
+  INFO(describe_policy(q) << " world " << world << " count " << count);
+  REQUIRE(failure == "");
+}
+
+template <class Fn>
+void for_each_tested_policy(std::size_t bucket, Fn&& fn) {
+  fn(qsdp::identity{});
+  fn(qsdp::uniform<1>{.bucket_size = bucket});
+  fn(qsdp::uniform<3>{.bucket_size = bucket});
+  fn(qsdp::uniform<8>{.bucket_size = bucket});
+  fn(qsdp::stochastic<2>{.bucket_size = bucket, .seed = 5});
+  fn(qsdp::stochastic<4>{.bucket_size = bucket, .seed = 5});
+  fn(qsdp::symmetric<1>{.bucket_size = bucket});
+  fn(qsdp::symmetric<8>{.bucket_size = bucket});
+  fn(qsdp::random_shift<2>{.bucket_size = bucket, .seed = 5});
+  fn(qsdp::random_shift<8>{.bucket_size = bucket, .seed = 5});
+}
+
+}  // namespace
+
+TEST_CASE("all_gather: every policy, world sizes 1..8, counts on and off the bucket grid") {
+  for (int world = 1; world <= 8; ++world)
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{200}, std::size_t{133}})
+      for_each_tested_policy(64, [&](auto q) { check_all_gather(q, world, count); });
+}
+
+TEST_CASE("reduce_scatter: every policy, world sizes 1..8, sum and avg, within the summed bounds") {
+  for (int world = 1; world <= 8; ++world)
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{130}})
+      for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
+        for_each_tested_policy(64, [&](auto q) { check_reduce_scatter(q, world, count, op); });
+}
+
+TEST_CASE("stochastic reduce_scatter is unbiased over many calls") {
+  const int world = 3, calls = 2000;
+  const std::size_t count = 32;
+  std::vector<double> mean(count, 0.0), exact(count, 0.0);
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    std::vector<float> x(count * world);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::fmod(0.37f * (i + 1) + 0.1f * comm.rank(), 1.0f);
+    x[0] = 0.0f, x[count] = 0.0f, x[2 * count] = 0.0f;  // each chunk spans [0, ~1)
+    x[1] = 1.0f, x[count + 1] = 1.0f, x[2 * count + 1] = 1.0f;
+    qsdp::stochastic<2> q{.bucket_size = 64, .seed = 9};
+    std::vector<float> out(count);
+    std::vector<double> local(count, 0.0);
+    for (int c = 0; c < calls; ++c) {
+      qsdp::reduce_scatter(comm, q, x.data(), out.data(), count, qsdp::reduce_op::sum);
+      for (std::size_t i = 0; i < count; ++i) local[i] += out[i];
+    }
+    if (comm.rank() == 0) mean = local;
+  });
+  // Rank 0's chunk: the exact sum over ranks of their first `count` values.
+  for (int r = 0; r < world; ++r)
+    for (std::size_t i = 0; i < count; ++i) {
+      float v = std::fmod(0.37f * (i + 1) + 0.1f * r, 1.0f);
+      if (i == 0) v = 0.0f;
+      if (i == 1) v = 1.0f;
+      exact[i] += v;
+    }
+  // Each rank's rounding has variance <= step^2/4 (step 1/3): standard error of the mean of the sum.
+  const double standard_error = std::sqrt(world * (1.0 / 9) / 4 / calls);
+  for (std::size_t i = 0; i < count; ++i) CHECK(std::abs(mean[i] / calls - exact[i]) < 5 * standard_error);
+}
+
+TEST_CASE("all_reduce leaves every rank bit-identical and within bounds") {
+  for (int world : {1, 2, 3, 5}) {
+    const std::size_t count = 1001;
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+    qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+      auto data = rank_data(comm.rank(), count, 3);
+      qsdp::all_reduce(comm, qsdp::stochastic<8>{.bucket_size = 128, .seed = 1}, data.data(), count,
+                       qsdp::reduce_op::avg);
+      results[static_cast<std::size_t>(comm.rank())] = data;
+    });
+    std::vector<double> exact(count, 0.0);
+    double largest = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto d = rank_data(r, count, 3);
+      for (std::size_t i = 0; i < count; ++i) exact[i] += double(d[i]) / world, largest = std::max(largest, double(std::abs(d[i])));
+    }
+    for (int r = 1; r < world; ++r)
+      REQUIRE(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), count * 4) == 0);
+    // Two quantizations of 8 bits (scatter, then gather of the reduced shard): a loose but failing bound.
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(std::abs(results[0][i] - exact[i]) < 4 * 2 * largest / 255);
+  }
+}
+
+TEST_CASE("identity all_reduce sums exactly what a plain fp32 exchange would, for every rank") {
+  const int world = 4;
+  const std::size_t count = 77;
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    std::vector<float> data(count);
+    for (std::size_t i = 0; i < count; ++i) data[i] = float(i) + 0.25f * comm.rank();  // exact sums
+    qsdp::all_reduce(comm, qsdp::identity{}, data.data(), count, qsdp::reduce_op::sum);
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(data[i] == 4.0f * float(i) + 0.25f * 6);
+  });
+}
+
+TEST_CASE("a rank that calls differently makes every rank throw an error naming the mismatch") {
+  auto expect_all_throw = [](auto body, const char* needle) {
+    std::atomic<int> thrown{0};
+    std::string message;
+    std::mutex m;
+    CHECK_THROWS_AS(qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
+      try {
+        body(comm);
+      } catch (const qsdp::error& e) {
+        ++thrown;
+        std::lock_guard lock(m);
+        message = e.what();
+        throw;
+      }
+    }), qsdp::error);
+    CHECK(thrown == 3);
+    INFO(message);
+    CHECK(message.find(needle) != std::string::npos);
+  };
+  std::vector<float> in(3000, 1.0f), out(3000);
+  expect_all_throw([&](qsdp::local_communicator& c) {
+    qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), c.rank() == 1 ? 99 : 100);
+  }, "rank 1 called with count 99, rank 0 with 100");
+  expect_all_throw([&](qsdp::local_communicator& c) {
+    if (c.rank() == 2) qsdp::all_gather(c, qsdp::uniform<4>{}, in.data(), out.data(), 100);
+    else qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), 100);
+  }, "rank 2 called with bits 4, rank 0 with 8");
+  expect_all_throw([&](qsdp::local_communicator& c) {
+    qsdp::reduce_scatter(c, qsdp::symmetric<8>{.bucket_size = c.rank() == 1 ? 512u : 1024u}, in.data(), out.data(), 100,
+                         qsdp::reduce_op::sum);
+  }, "rank 1 called with bucket_size 512, rank 0 with 1024");
+  expect_all_throw([&](qsdp::local_communicator& c) {
+    if (c.rank() == 0) qsdp::reduce_scatter(c, qsdp::stochastic<8>{}, in.data(), out.data(), 100, qsdp::reduce_op::sum);
+    else qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100, qsdp::reduce_op::sum);
+  }, "called with quantizer uniform");
+  expect_all_throw([&](qsdp::local_communicator& c) {
+    qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100,
+                         c.rank() == 2 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
+  }, "rank 2 called with reduce_op avg, rank 0 with sum");
+}
+
+TEST_CASE("run_local: a throwing rank is rethrown and releases the others, no hang") {
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int> released{0};
+  CHECK_THROWS_WITH_AS(qsdp::run_local(4, [&](qsdp::local_communicator& comm) {
+    std::vector<float> in(10, 1.0f), out(40);
+    if (comm.rank() == 2) throw std::runtime_error("rank two fails");
+    try {
+      qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
+    } catch (const qsdp::error&) {
+      ++released;
+      throw;
+    }
+  }), "rank two fails", std::runtime_error);
+  CHECK(released == 3);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("run_local: a rank that returns early releases the others with an error, no hang") {
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
+    if (comm.rank() == 1) return;
+    std::vector<float> in(10, 1.0f), out(30);
+    qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
+  }), doctest::Contains("rank 1 returned while the others were still in a collective"), qsdp::error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK_THROWS_WITH_AS(qsdp::run_local(0, [](qsdp::local_communicator&) {}),
+                       doctest::Contains("world is 0; expected >= 1"), qsdp::error);
+}
+
+TEST_CASE("scratch is reused: no allocation per call in steady state") {
+  qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
+    std::vector<float> in(3 * 5000, 1.0f), out(3 * 5000);
+    qsdp::stochastic<4> q{.seed = 1};
+    qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum);
+    qsdp::all_gather(comm, q, in.data(), out.data(), 5000);
+    const std::size_t growths = comm.workspace().growths();
+    for (int i = 0; i < 20; ++i) {
+      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum);
+      qsdp::all_gather(comm, q, in.data(), out.data(), 5000);
+      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 100, qsdp::reduce_op::avg);  // smaller: reuse
+    }
+    CHECK(comm.workspace().growths() == growths);
+    CHECK(growths >= 1);
+  });
+}
