@@ -5,6 +5,7 @@
 // themselves.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <condition_variable>
@@ -148,9 +149,9 @@ class breakable_barrier {
 
 /// What the threads of one run_local share: the barrier and each rank's posted send buffer.
 struct local_world {
-  explicit local_world(int size, std::chrono::milliseconds timeout)
+  explicit local_world(int size, std::chrono::milliseconds wait_limit)
       : barrier(size), posted(static_cast<std::size_t>(size)), posted_bytes(static_cast<std::size_t>(size)),
-        timeout(timeout) {}
+        timeout(wait_limit) {}
   breakable_barrier barrier;
   std::vector<const std::byte*> posted;
   std::vector<std::size_t> posted_bytes;

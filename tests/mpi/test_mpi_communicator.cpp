@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// qsdp::mpi_communicator across real MPI ranks. A plain MPI program rather than doctest: every rank runs
+// every check (they are collective), failures are printed by the rank that saw them, and the counts are
+// summed over ranks at the end. Run under mpiexec with any number of ranks (ctest: mpi.communicator.np*).
+#include <qsdp/mpi.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+int g_rank = -1;  // -1 until MPI_Init (the first check runs before it)
+long g_passed = 0;
+long g_failed = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
+  }
+}
+
+/// Runs fn and checks that it throws qsdp::error whose message contains `needle`.
+template <class Fn>
+void check_throws(Fn&& fn, const std::string& needle, const std::string& what) {
+  try {
+    fn();
+    check(false, what + ": no exception");
+  } catch (const qsdp::error& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos,
+          what + ": message '" + e.what() + "' lacks '" + needle + "'");
+  } catch (...) {
+    check(false, what + ": threw something other than qsdp::error");
+  }
+}
+
+/// Byte i of the block that rank `from` sends to rank `to` in an exchange of n bytes per block: distinct
+/// for every (from, to, n) and not periodic in i, so a misplaced or shifted block is caught.
+std::byte pattern(int from, int to, std::size_t n, std::size_t i) {
+  std::uint64_t x = (static_cast<std::uint64_t>(from) << 48) ^ (static_cast<std::uint64_t>(to) << 32) ^
+                    (static_cast<std::uint64_t>(n) << 20) ^ i;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return static_cast<std::byte>(x & 0xff);
+}
+
+/// An all-gather through detail::mpi_all_gather_bytes (chunk = 0: the communicator's own entry point).
+/// Every rank verifies every block. With in_place the rank's block is written into recv beforehand and
+/// send points at it.
+void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t chunk, bool in_place) {
+  const int rank = comm.rank();
+  const int size = comm.size();
+  const std::string what = "all_gather n=" + std::to_string(n) + " chunk=" + std::to_string(chunk) +
+                           (in_place ? " in place" : "") + " size=" + std::to_string(size);
+  std::vector<std::byte> send(n);
+  for (std::size_t i = 0; i < n; ++i) send[i] = pattern(rank, -1, n, i);
+  // Sentinel bytes around recv catch writes past either end.
+  const std::size_t guard = 16;
+  std::vector<std::byte> buffer(n * static_cast<std::size_t>(size) + 2 * guard, std::byte{0xa5});
+  std::byte* recv = buffer.data() + guard;
+  const std::byte* from = send.data();
+  if (in_place) {
+    if (n) std::memcpy(recv + static_cast<std::size_t>(rank) * n, send.data(), n);
+    from = recv + static_cast<std::size_t>(rank) * n;
+  }
+  try {
+    if (chunk == 0) comm.all_gather_bytes(from, recv, n);
+    else qsdp::detail::mpi_all_gather_bytes(comm.native(), rank, size, from, recv, n, chunk);
+  } catch (const std::exception& e) {
+    check(false, what + ": threw " + e.what());
+    return;
+  }
+  std::size_t wrong = 0;
+  for (int r = 0; r < size; ++r)
+    for (std::size_t i = 0; i < n; ++i)
+      if (recv[static_cast<std::size_t>(r) * n + i] != pattern(r, -1, n, i)) ++wrong;
+  check(wrong == 0, what + ": " + std::to_string(wrong) + " wrong bytes");
+  bool guards = true;
+  for (std::size_t i = 0; i < guard; ++i)
+    guards = guards && buffer[i] == std::byte{0xa5} && buffer[buffer.size() - 1 - i] == std::byte{0xa5};
+  check(guards, what + ": wrote outside recv");
+}
+
+/// An all-to-all; every rank verifies the block it got from every rank.
+void test_all_to_all(qsdp::mpi_communicator& comm, std::size_t n, std::size_t chunk) {
+  const int rank = comm.rank();
+  const int size = comm.size();
+  const std::string what =
+      "all_to_all n=" + std::to_string(n) + " chunk=" + std::to_string(chunk) + " size=" + std::to_string(size);
+  const std::size_t total = n * static_cast<std::size_t>(size);
+  std::vector<std::byte> send(total);
+  for (int to = 0; to < size; ++to)
+    for (std::size_t i = 0; i < n; ++i) send[static_cast<std::size_t>(to) * n + i] = pattern(rank, to, n, i);
+  const std::size_t guard = 16;
+  std::vector<std::byte> buffer(total + 2 * guard, std::byte{0x5a});
+  std::byte* recv = buffer.data() + guard;
+  try {
+    if (chunk == 0) comm.all_to_all_bytes(send.data(), recv, n);
+    else qsdp::detail::mpi_all_to_all_bytes(comm.native(), size, send.data(), recv, n, chunk);
+  } catch (const std::exception& e) {
+    check(false, what + ": threw " + e.what());
+    return;
+  }
+  std::size_t wrong = 0;
+  for (int from = 0; from < size; ++from)
+    for (std::size_t i = 0; i < n; ++i)
+      if (recv[static_cast<std::size_t>(from) * n + i] != pattern(from, rank, n, i)) ++wrong;
+  check(wrong == 0, what + ": " + std::to_string(wrong) + " wrong bytes");
+  bool guards = true;
+  for (std::size_t i = 0; i < guard; ++i)
+    guards = guards && buffer[i] == std::byte{0x5a} && buffer[buffer.size() - 1 - i] == std::byte{0x5a};
+  check(guards, what + ": wrote outside recv");
+}
+
+/// The exchanges on one communicator: the direct path (sizes around the interesting edges) and the
+/// chunked path driven by tiny fake chunk sizes (full chunks only, full chunks plus a tail, chunk 1).
+void test_exchanges(qsdp::mpi_communicator& comm) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{4097},
+                        std::size_t{1} << 20}) {
+    test_all_gather(comm, n, 0, false);
+    test_all_gather(comm, n, 0, true);
+    test_all_to_all(comm, n, 0);
+  }
+  struct sized {
+    std::size_t n, chunk;
+  };
+  for (const sized s : {sized{7, 1}, sized{7, 3}, sized{7, 7}, sized{4097, 1024}, sized{4097, 4096},
+                        sized{4096, 1024}, sized{1, 1}, sized{0, 3}, sized{65537, 1000}}) {
+    test_all_gather(comm, s.n, s.chunk, false);
+    test_all_gather(comm, s.n, s.chunk, true);
+    test_all_to_all(comm, s.n, s.chunk);
+  }
+}
+
+void test_zero_bytes_with_null_buffers(qsdp::mpi_communicator& comm) {
+  try {
+    comm.all_gather_bytes(nullptr, nullptr, 0);
+    comm.all_to_all_bytes(nullptr, nullptr, 0);
+    check(true, "zero-byte exchanges with null buffers");
+  } catch (const std::exception& e) {
+    check(false, std::string("zero-byte exchanges with null buffers threw ") + e.what());
+  }
+}
+
+/// Refusals happen before MPI is called and identically on every rank, so no rank is left waiting.
+void test_bad_arguments(qsdp::mpi_communicator& comm) {
+  std::vector<std::byte> buffer(64 * static_cast<std::size_t>(comm.size()));
+  check_throws([&] { comm.all_gather_bytes(nullptr, buffer.data(), 8); }, "send is null",
+               "all_gather_bytes null send");
+  check_throws([&] { comm.all_to_all_bytes(buffer.data(), nullptr, 8); }, "recv is null",
+               "all_to_all_bytes null recv");
+  check_throws([&] { comm.all_to_all_bytes(buffer.data(), buffer.data(), 8); }, "overlap",
+               "all_to_all_bytes send == recv");
+  // send overlaps recv but is not this rank's block.
+  const std::size_t wrong_block = static_cast<std::size_t>((comm.rank() + 1) % comm.size()) * 8 + 1;
+  check_throws([&] { comm.all_gather_bytes(buffer.data() + wrong_block, buffer.data(), 8); }, "overlap",
+               "all_gather_bytes misplaced in-place send");
+  check_throws(
+      [&] {
+        qsdp::detail::mpi_all_gather_bytes(comm.native(), comm.rank(), comm.size(), buffer.data(),
+                                           buffer.data() + 8, 8, 0);
+      },
+      "chunk size is 0", "chunk size 0");
+}
+
+void test_counters_and_workspace(MPI_Comm world) {
+  qsdp::mpi_communicator a(world);
+  qsdp::mpi_communicator b(world);
+  check(a.next_call() == 0 && a.next_call() == 1 && a.next_call() == 2, "next_call counts 0, 1, 2");
+  check(b.next_call() == 0, "next_call is per object");
+  qsdp::mpi_communicator moved(std::move(a));
+  check(moved.next_call() == 3, "a moved communicator keeps its counter");
+
+  qsdp::host_workspace& ws = b.workspace();
+  check(&ws == &b.workspace(), "workspace() returns the same object");
+  std::byte* first = ws.get(1000);
+  for (int i = 0; i < 10; ++i) (void)ws.get(1000);
+  std::byte* again = ws.get(1000);
+  check(ws.growths() == 1, "workspace grows once for repeated same-size get (growths " +
+                               std::to_string(ws.growths()) + ")");
+  check(first == again, "workspace returns the same buffer for the same size");
+  check(reinterpret_cast<std::uintptr_t>(first) % 64 == 0, "workspace buffer is 64-byte aligned");
+  (void)ws.get(10);
+  check(ws.growths() == 1, "a smaller get reuses the buffer");
+}
+
+void test_construction(MPI_Comm world) {
+  int rank = -1, size = -1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  qsdp::mpi_communicator comm(world);
+  check(comm.rank() == rank && comm.size() == size, "rank() and size() match MPI_Comm_rank/size");
+  check(comm.native() == world, "native() is the wrapped communicator");
+  static_assert(qsdp::communicator<qsdp::mpi_communicator>);
+  static_assert(qsdp::mpi_communicator::memory == qsdp::memory_space::host);
+
+  check_throws([] { qsdp::mpi_communicator null_comm(MPI_COMM_NULL); }, "MPI_COMM_NULL", "MPI_COMM_NULL");
+
+  // The user's error handler is left as it was.
+  MPI_Comm dup;
+  MPI_Comm_dup(world, &dup);
+  MPI_Errhandler before, after;
+  MPI_Comm_get_errhandler(dup, &before);
+  { qsdp::mpi_communicator wrapped(dup); }
+  MPI_Comm_get_errhandler(dup, &after);
+  check(before == after, "the communicator's error handler is unchanged");
+  MPI_Errhandler_free(&before);
+  MPI_Errhandler_free(&after);
+  MPI_Comm_free(&dup);
+
+  // An intercommunicator between the even and the odd ranks.
+  if (size >= 2) {
+    MPI_Comm half, inter;
+    MPI_Comm_split(world, rank % 2, rank, &half);
+    MPI_Intercomm_create(half, 0, world, rank % 2 == 0 ? 1 : 0, 99, &inter);
+    check_throws([&] { qsdp::mpi_communicator c(inter); }, "intercommunicator", "intercommunicator");
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+  }
+}
+
+/// MPI error codes become qsdp::error naming the call and MPI's message.
+void test_error_messages() {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(MPI_ERR_COMM, text, &length);
+  const std::string mpi_text(text, static_cast<std::size_t>(length));
+  check_throws([] { qsdp::detail::mpi_check(MPI_ERR_COMM, "MPI_Allgather", "qsdp::test"); },
+               "qsdp::test: MPI_Allgather failed: " + mpi_text, "mpi_check message");
+  bool quiet = true;
+  try {
+    qsdp::detail::mpi_check(MPI_SUCCESS, "MPI_Allgather", "qsdp::test");
+  } catch (...) {
+    quiet = false;
+  }
+  check(quiet, "mpi_check passes MPI_SUCCESS");
+
+  // A real MPI failure, reported instead of aborting because the handler returns errors: a count that
+  // wraps to -1 (the byte functions never pass one). Datatype calls belong to no communicator; MPI 3.1
+  // raises their errors on MPI_COMM_WORLD, so its handler is switched for this check and restored.
+  MPI_Errhandler saved;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check_throws([] { qsdp::detail::mpi_strided_bytes bad(static_cast<std::size_t>(-1), 8, "qsdp::test"); },
+               "MPI_Type_contiguous failed", "MPI_Type_contiguous error is reported");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, saved);
+  MPI_Errhandler_free(&saved);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before MPI_Init: construction must refuse, naming MPI_Init.
+  check_throws([] { qsdp::mpi_communicator early(MPI_COMM_WORLD); }, "call MPI_Init",
+               "construction before MPI_Init");
+
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+
+  try {
+    test_construction(MPI_COMM_WORLD);
+    test_error_messages();
+    test_counters_and_workspace(MPI_COMM_WORLD);
+
+    qsdp::mpi_communicator world(MPI_COMM_WORLD);
+    test_exchanges(world);
+    test_zero_bytes_with_null_buffers(world);
+    test_bad_arguments(world);
+
+    // A sub-communicator (ranks split by parity, reversed order): rank(), size() and the exchanges
+    // follow the wrapped communicator, not MPI_COMM_WORLD.
+    MPI_Comm part;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, -g_rank, &part);
+    {
+      qsdp::mpi_communicator sub(part);
+      const int expected_size = world_size / 2 + (g_rank % 2 == 0 ? world_size % 2 : 0);
+      check(sub.size() == expected_size, "sub-communicator size");
+      int sub_rank = -1;
+      MPI_Comm_rank(part, &sub_rank);
+      check(sub.rank() == sub_rank, "sub-communicator rank");
+      test_all_gather(sub, 4097, 0, false);
+      test_all_to_all(sub, 4097, 0);
+      test_all_to_all(sub, 4097, 1000);
+    }
+    MPI_Comm_free(&part);
+  } catch (const std::exception& e) {
+    check(false, std::string("unexpected exception: ") + e.what());
+  }
+
+  long counts[2] = {g_passed, g_failed};
+  long totals[2] = {0, 0};
+  MPI_Allreduce(counts, totals, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    std::printf("mpi_communicator: %d ranks, checks summed over ranks\n", world_size);
+    std::printf("%ld passed, %ld failed\n", totals[0], totals[1]);
+    std::fflush(stdout);
+  }
+  MPI_Finalize();
+  return totals[1] == 0 ? 0 : 1;
+}
