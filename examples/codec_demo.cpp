@@ -4,7 +4,7 @@
 // For every policy it prints the bytes it would put on the wire, the compression against the input,
 // the error against the exact values, and how fast the host codec runs next to a plain memcpy.
 //
-//   qsdp_demo [--size N] [--dtype float|bf16] [--data normal|gradient] [--bucket B]
+//   qsdp_codec_demo [--size N] [--dtype float|bf16] [--data normal|gradient] [--bucket B]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,8 +28,8 @@ struct options {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "qsdp_demo: %s\n"
-               "usage: qsdp_demo [--size N] [--dtype float|bf16] [--data normal|gradient] "
+               "qsdp_codec_demo: %s\n"
+               "usage: qsdp_codec_demo [--size N] [--dtype float|bf16] [--data normal|gradient] "
                "[--bucket B]\n"
                "  --size    values in the buffer (default 16777216)\n"
                "  --dtype   element type (default float)\n"
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
 #endif
     return 0;
   } catch (const qsdp::error& e) {
-    std::fprintf(stderr, "qsdp_demo: %s\n", e.what());
+    std::fprintf(stderr, "qsdp_codec_demo: %s\n", e.what());
     return 1;
   }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build and run the qsdp codec demo (examples/codec_demo.cpp).
+# Build and run the qsdp demo (examples/collectives_demo.cpp): compressed collectives among 4 ranks.
 #
-#   scripts/demo.sh [demo arguments...]     e.g. scripts/demo.sh --size 1048576
+#   scripts/demo.sh [demo arguments...]     e.g. scripts/demo.sh --size 1048576 --ranks 8
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
