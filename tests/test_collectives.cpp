@@ -291,3 +291,21 @@ TEST_CASE("scratch is reused: no allocation per call in steady state") {
     CHECK(growths >= 1);
   });
 }
+
+TEST_CASE("bad arguments of the collectives are refused with a qsdp::error") {
+  qsdp::run_local(2, [&](qsdp::local_communicator& comm) {
+    std::vector<float> in(20, 1.0f), out(20);
+    CHECK_THROWS_WITH_AS(qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10,
+                                              static_cast<qsdp::reduce_op>(7)),
+                         doctest::Contains("reduce_op 7 is not sum (1) or avg (2)"), qsdp::error);
+    CHECK_THROWS_WITH_AS(qsdp::all_reduce(comm, qsdp::uniform<8>{}, in.data(), 10, static_cast<qsdp::reduce_op>(0)),
+                         doctest::Contains("reduce_op 0 is not sum"), qsdp::error);
+    CHECK_THROWS_WITH_AS(qsdp::all_gather(comm, qsdp::uniform<8>{}, static_cast<const float*>(nullptr), out.data(), 10),
+                         doctest::Contains("send is null with count 10"), qsdp::error);
+    CHECK_THROWS_WITH_AS(qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 0}, in.data(), out.data(), 10),
+                         doctest::Contains("bucket_size is 0"), qsdp::error);
+    // Refused before any exchange, on every rank alike: the communicator is still in step.
+    qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
+    CHECK(out[19] == 1.0f);
+  });
+}

@@ -204,6 +204,12 @@ void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std:
 
 inline std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
+inline void check_op(reduce_op op, const char* where) {
+  if (op != reduce_op::sum && op != reduce_op::avg)
+    throw qsdp::error(std::string(where) + ": reduce_op " +
+                      std::to_string(static_cast<std::uint32_t>(op)) + " is not sum (1) or avg (2)");
+}
+
 template <class T>
 void check_buffers(const void* a, const char* a_name, const void* b, const char* b_name,
                    std::size_t count, const char* where) {
@@ -240,9 +246,7 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
   constexpr const char* where = "qsdp::reduce_scatter";
   detail::check_collective_arguments<Comm, Q, T>(comm, q, where);
   detail::check_buffers<T>(send, "send", recv, "recv", count, where);
-  if (op != reduce_op::sum && op != reduce_op::avg)
-    throw qsdp::error(std::string(where) + ": reduce_op " + std::to_string(static_cast<std::uint32_t>(op)) +
-                      " is not sum (1) or avg (2)");
+  detail::check_op(op, where);
   const int world = comm.size();
   const std::uint64_t call = comm.next_call();
   const std::size_t packet_bytes = compressed_size<T>(q, count);
@@ -263,9 +267,7 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
   constexpr const char* where = "qsdp::all_reduce";
   detail::check_collective_arguments<Comm, Q, T>(comm, q, where);
   detail::check_buffers<T>(data, "data", data, "data", count, where);
-  if (op != reduce_op::sum && op != reduce_op::avg)
-    throw qsdp::error(std::string(where) + ": reduce_op " + std::to_string(static_cast<std::uint32_t>(op)) +
-                      " is not sum (1) or avg (2)");
+  detail::check_op(op, where);
   const auto world = static_cast<std::size_t>(comm.size());
   // Two phases, two call indices: the gather's draws must not repeat the scatter's.
   const std::uint64_t scatter_call = comm.next_call();
