@@ -309,3 +309,44 @@ TEST_CASE("bad arguments of the collectives are refused with a qsdp::error") {
     CHECK(out[19] == 1.0f);
   });
 }
+
+namespace {
+
+/// A transport that damages rank 1's packet on its way (every second all-gather is a payload exchange,
+/// after the descriptor exchange), to show that receivers check what they get.
+struct corrupting_communicator {
+  static constexpr qsdp::memory_space memory = qsdp::memory_space::host;
+  qsdp::local_communicator& inner;
+  int gathers = 0;
+  int rank() const { return inner.rank(); }
+  int size() const { return inner.size(); }
+  qsdp::host_workspace& workspace() { return inner.workspace(); }
+  std::uint64_t next_call() { return inner.next_call(); }
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    inner.all_gather_bytes(send, recv, n);
+    if (++gathers % 2 == 0) recv[n + 16] ^= std::byte{1};  // rank 1's header: bucket_size
+  }
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    inner.all_to_all_bytes(send, recv, n);
+  }
+};
+static_assert(qsdp::communicator<corrupting_communicator>);
+
+}  // namespace
+
+TEST_CASE("every rank checks the packets it receives and names the sender of a damaged one") {
+  std::atomic<int> reported{0};
+  CHECK_THROWS_AS(qsdp::run_local(3, [&](qsdp::local_communicator& local) {
+    corrupting_communicator comm{local};
+    std::vector<float> in(100, 1.0f), out(300);
+    try {
+      qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 64}, in.data(), out.data(), 100);
+    } catch (const qsdp::error& e) {
+      const std::string m = e.what();
+      if (m.find("packet bucket_size 65, decoder expects 64 (in the packet from rank 1)") != std::string::npos)
+        ++reported;
+      throw;
+    }
+  }), qsdp::error);
+  CHECK(reported == 3);
+}

@@ -152,6 +152,18 @@ inline std::uint32_t chunk_stream(int rank, int world, int chunk) {
          static_cast<std::uint32_t>(chunk);
 }
 
+/// Checks the header of the packet received from rank `from`; the rank is named only when it fails,
+/// so the common path builds no strings (no allocation per call).
+template <class Q>
+void check_received(const Q& q, const std::byte* packet, std::size_t count, int element,
+                    std::size_t packet_bytes, int from, const char* where) {
+  try {
+    validated_layout(q, packet, count, is_identity<Q> ? element : -1, packet_bytes, where);
+  } catch (const qsdp::error& e) {
+    throw qsdp::error(std::string(e.what()) + " (in the packet from rank " + std::to_string(from) + ")");
+  }
+}
+
 /// all_gather's body, with scratch laid out by the caller: `packets` holds (world + 1) packets.
 template <class Comm, class Q, class T>
 void all_gather_packets(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
@@ -164,10 +176,8 @@ void all_gather_packets(Comm& comm, const Q& q, const T* send, T* recv, std::siz
          rng_position{.call = call, .stream = chunk_stream(comm.rank(), world, 0)});
   comm.all_gather_bytes(mine, gathered, packet_bytes);
   for (int r = 0; r < world; ++r) {
-    const std::string from = std::string(where) + " (packet from rank " + std::to_string(r) + ")";
     const std::byte* packet = gathered + static_cast<std::size_t>(r) * packet_bytes;
-    validated_layout(q, packet, count, is_identity<Q> ? static_cast<int>(element_traits<T>::tag) : -1,
-                     packet_bytes, from.c_str());
+    check_received(q, packet, count, static_cast<int>(element_traits<T>::tag), packet_bytes, r, where);
     decode(q, packet, count, recv + static_cast<std::size_t>(r) * count);
   }
 }
@@ -186,12 +196,9 @@ void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std:
            outgoing + static_cast<std::size_t>(chunk) * packet_bytes,
            rng_position{.call = call, .stream = chunk_stream(comm.rank(), world, chunk)});
   comm.all_to_all_bytes(outgoing, incoming, packet_bytes);
-  for (int r = 0; r < world; ++r) {
-    const std::string from = std::string(where) + " (packet from rank " + std::to_string(r) + ")";
-    validated_layout(q, incoming + static_cast<std::size_t>(r) * packet_bytes, count,
-                     is_identity<Q> ? static_cast<int>(element_traits<T>::tag) : -1, packet_bytes,
-                     from.c_str());
-  }
+  for (int r = 0; r < world; ++r)
+    check_received(q, incoming + static_cast<std::size_t>(r) * packet_bytes, count,
+                   static_cast<int>(element_traits<T>::tag), packet_bytes, r, where);
   std::fill(acc, acc + count, 0.0f);
   decode_accumulate(q, incoming, static_cast<std::size_t>(world), count, acc);
   const float ranks = static_cast<float>(world);
