@@ -14,6 +14,7 @@
 #include "config.hpp"
 #include "detail/float_types.hpp"
 #include "detail/format.hpp"
+#include "detail/group_codec.hpp"
 #include "detail/host_codec.hpp"
 #include "detail/philox.hpp"
 #include "quantizers.hpp"
@@ -102,23 +103,12 @@ void encode_packet(const Q& q, const T* src, std::size_t count, std::byte* packe
   if (src == nullptr && count > 0)
     throw qsdp::error(std::string(where) + ": src is null with count " + std::to_string(count));
   const packet_layout l = layout_for<Q, T>(q, count);
-  packet_header h{};
-  h.magic = packet_magic;
-  h.version = packet_version;
-  h.quantizer_id = wire_id<Q>();
-  h.element = static_cast<std::uint8_t>(element_traits<T>::tag);
-  h.wire_tag = wire_tag<Q>();
-  h.count = count;
+  const packet_header h = make_header<Q, T>(q, count);
+  std::memcpy(packet, &h, sizeof h);
   if constexpr (is_identity<Q>) {
-    h.bits = static_cast<std::uint8_t>(8 * sizeof(T));
-    std::memcpy(packet, &h, sizeof h);
     if (count) std::memcpy(packet + l.codes_offset, src, count * sizeof(T));
     std::memset(packet + l.codes_offset + l.code_bytes, 0, l.total - l.codes_offset - l.code_bytes);
   } else {
-    h.bits = Q::bits;
-    h.meta_size = sizeof(typename Q::meta_type);
-    h.bucket_size = q.bucket_size;
-    std::memcpy(packet, &h, sizeof h);
     run_encode(q, src, count, packet, l, key);
   }
 }

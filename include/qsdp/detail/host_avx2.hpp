@@ -139,7 +139,14 @@ QSDP_AVX2_INLINE void philox_groups(const rng_key& key, const philox_schedule& k
                                     std::uint32_t* words) {
   philox_lanes g[Groups];
   for (int i = 0; i < Groups; ++i) g[i] = philox_start(key, domain, first_block + 4 * i);
+#if defined(__CUDACC__)  // nvcc's front end parses this header too and does not know GCC's spelling
+#pragma nv_diagnostic push
+#pragma nv_diag_suppress 1675
+#endif
 #pragma GCC unroll 10
+#if defined(__CUDACC__)
+#pragma nv_diagnostic pop
+#endif
   for (int round = 0; round < 10; ++round)
     for (int i = 0; i < Groups; ++i) philox_round(g[i], keys.k0[round], keys.k1[round]);
   for (int i = 0; i < Groups; ++i) philox_store(g[i], words + 16 * i);

@@ -19,6 +19,7 @@
 #include "bit_packing.hpp"
 #include "float_types.hpp"
 #include "format.hpp"
+#include "group_codec.hpp"
 #include "philox.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(QSDP_NO_DISPATCH)
@@ -52,13 +53,6 @@ struct raw_bucket_stats {
   float max;
   bool finite;
 };
-
-/// Maps a float's bits to an int32 with the same order (for finite values), so that min and max become
-/// integer reductions, which vectorize without -ffast-math; non-finite values are flagged separately.
-QSDP_FORCE_INLINE std::int32_t ordered_key(std::uint32_t bits) {
-  const auto sbits = static_cast<std::int32_t>(bits);
-  return sbits ^ ((sbits >> 31) & 0x7FFFFFFF);
-}
 
 /// min, max and whether every value is finite, in one vectorizable pass.
 template <class T>

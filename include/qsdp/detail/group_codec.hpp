@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The codec's steps at the granularity the CUDA kernels work in: a bucket's statistics as a
+// mergeable value (so threads reduce them in any order and get the same result), a bucket's
+// metadata, and one *group* of eight consecutive values, which is exactly one Philox block of
+// per-value draws and exactly `bits` bytes of packed codes. Everything here is QSDP_HOST_DEVICE and
+// compiles with the host compiler alone, so tests/test_group_codec.cpp rebuilds packets from these
+// steps on the host and checks them byte for byte against the host codec: the device kernels only
+// decide which thread runs which step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../config.hpp"
+#include "../quantizers.hpp"
+#include "float_types.hpp"
+#include "format.hpp"
+#include "philox.hpp"
+
+namespace qsdp::detail {
+
+/// The NaN decoders write for flagged buckets (the host's std::numeric_limits<float>::quiet_NaN()).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float quiet_nan() {
+  return detail::bit_cast<float>(0x7FC00000u);
+}
+
+/// Values per group: one Philox block of 16-bit draws, `bits` bytes of packed codes.
+inline constexpr unsigned group_values = 8;
+
+/// Maps a float's bits to an int32 with the same order (for finite values), so that min and max
+/// become integer reductions; non-finite values are flagged separately. It is its own inverse.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::int32_t ordered_key(std::uint32_t bits) {
+  const auto sbits = static_cast<std::int32_t>(bits);
+  return sbits ^ ((sbits >> 31) & 0x7FFFFFFF);
+}
+
+/// Partial statistics of some values of a bucket. Merging is associative and commutative (integer
+/// min/max and or), so any reduction tree gives the bits the host's sequential scan gives.
+struct partial_stats {
+  std::int32_t lo = INT32_MAX;  // macros, not numeric_limits: usable in device code without flags
+  std::int32_t hi = INT32_MIN;
+  std::uint32_t non_finite = 0;
+
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE void add(float v) {
+    const std::uint32_t bits = detail::bit_cast<std::uint32_t>(v);
+    const std::int32_t key = ordered_key(bits);
+    lo = key < lo ? key : lo;
+    hi = key > hi ? key : hi;
+    non_finite |= static_cast<std::uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
+  }
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE void merge(const partial_stats& o) {
+    lo = o.lo < lo ? o.lo : lo;
+    hi = o.hi > hi ? o.hi : hi;
+    non_finite |= o.non_finite;
+  }
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool finite() const { return non_finite == 0; }
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE float min() const {
+    return detail::bit_cast<float>(
+        static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(lo))));
+  }
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE float max() const {
+    return detail::bit_cast<float>(
+        static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi))));
+  }
+};
+
+/// A finite bucket's metadata, exactly as the host codec computes it (same abs_max, same draw).
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE typename Q::meta_type fit_bucket(
+    const Q& q, const partial_stats& p, std::size_t n, const rng_key& key, std::uint64_t bucket) {
+  bucket_stats s;
+  s.min = p.min();
+  s.max = p.max();
+  s.abs_max = -s.min < s.max ? s.max : -s.min;  // std::max(-min, max), as on the host
+  s.count = n;
+  if constexpr (randomized_buckets<Q>()) s.u = key.uniform(draw_domain::bucket, bucket);
+  return q.fit(s);
+}
+
+/// The 16-bit draw of value k (0..7) of a group whose Philox block is `block`.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float group_draw(const philox_block& block, unsigned k) {
+  const std::uint32_t word = block.v[k >> 1];
+  return uniform_from_half(k & 1 ? word >> 16 : word);
+}
+
+/// Places code k of a group in its packed word (LSB-first; codes above 2^B are cut to 8 bits like
+/// the host's staging bytes, so even a policy that breaks its contract packs identically on both
+/// sides).
+template <int B>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t place_code(std::uint32_t code, unsigned k) {
+  return static_cast<std::uint64_t>(static_cast<std::uint8_t>(code)) << (k * B);
+}
+
+template <int B>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t code_at(std::uint64_t word, unsigned k) {
+  return static_cast<std::uint32_t>((word >> (k * B)) & ((1u << B) - 1u));
+}
+
+/// Codes of the first n (<= 8) values of group `group`, all in one finite bucket with metadata m.
+/// Values n..7 get code 0, as the host pads its last group.
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group(const Q& q, const float* x,
+                                                              unsigned n,
+                                                              const typename Q::meta_type& m,
+                                                              const rng_key& key,
+                                                              std::uint64_t group) {
+  std::uint64_t word = 0;
+  if constexpr (randomized_elements<Q>()) {
+    const philox_block block = key.block(draw_domain::element, group);
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n) word |= place_code<Q::bits>(q.encode(x[k], m, group_draw(block, k)), k);
+  } else {
+    (void)key;
+    (void)group;
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n) word |= place_code<Q::bits>(q.encode(x[k], m, 0.0f), k);
+  }
+  return word;
+}
+
+/// The code of one value (for groups that straddle buckets); `flagged` buckets send code 0.
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t encode_value(const Q& q, float x,
+                                                              const typename Q::meta_type& m,
+                                                              const rng_key& key,
+                                                              std::uint64_t index) {
+  if constexpr (randomized_elements<Q>()) {
+    return q.encode(x, m, key.value_uniform(index));
+  } else {
+    (void)key;
+    (void)index;
+    return q.encode(x, m, 0.0f);
+  }
+}
+
+/// Bytes of group g's packed codes that belong to the stream (the last group may be cut).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE unsigned group_bytes(int bits, std::uint64_t group,
+                                                        std::size_t code_bytes) {
+  const std::uint64_t begin = group * static_cast<std::uint64_t>(bits);
+  const std::uint64_t left = code_bytes > begin ? code_bytes - begin : 0;
+  return static_cast<unsigned>(left < static_cast<std::uint64_t>(bits) ? left : bits);
+}
+
+/// Whether bucket b is flagged as holding NaN or inf.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool bucket_flagged(const std::uint8_t* flags, std::uint64_t b) {
+  return (flags[b >> 3] >> (b & 7)) & 1u;
+}
+
+/// Bytes of metadata per bucket (none for identity).
+template <class Q>
+QSDP_HOST_DEVICE constexpr std::size_t meta_size_of() {
+  if constexpr (is_identity<Q>)
+    return 0;
+  else
+    return sizeof(typename Q::meta_type);
+}
+
+/// The header an encoder of Q writes for `count` values of T.
+template <class Q, class T>
+QSDP_HOST_DEVICE packet_header make_header(const Q& q, std::size_t count) {
+  packet_header h{};
+  h.magic = packet_magic;
+  h.version = packet_version;
+  h.quantizer_id = wire_id<Q>();
+  h.element = static_cast<std::uint8_t>(element_traits<T>::tag);
+  h.wire_tag = wire_tag<Q>();
+  h.count = count;
+  if constexpr (is_identity<Q>) {
+    h.bits = static_cast<std::uint8_t>(8 * sizeof(T));
+  } else {
+    h.bits = Q::bits;
+    h.meta_size = sizeof(typename Q::meta_type);
+    h.bucket_size = q.bucket_size;
+  }
+  return h;
+}
+
+/// Whether a received header is the one `want` describes, field for field (the device kernels run
+/// this; the host turns a failure into check_header's message). `element` < 0 accepts any element
+/// type. An identity expectation with element < 0 accepts raw values of any element type, with the
+/// matching width.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool header_matches(const packet_header& h,
+                                                       const header_expectation& want) {
+  const bool any_raw = want.quantizer_id == identity::wire_id && want.element < 0;
+  const unsigned raw_bits = h.element == 2 ? 64u : (h.element == 1 ? 32u : 16u);
+  const bool bits_ok =
+      any_raw ? (h.element >= 1 && h.element <= 4 && h.bits == raw_bits) : h.bits == want.bits;
+  return h.magic == packet_magic && h.version == packet_version &&
+         h.quantizer_id == want.quantizer_id && h.wire_tag == want.wire_tag &&
+         (want.element < 0 || h.element == want.element) && bits_ok &&
+         h.bucket_size == want.bucket_size && h.meta_size == want.meta_size &&
+         h.count == want.count && h.reserved == 0;
+}
+
+// ---- Per-thread work items of the CUDA kernels' general paths
+// ------------------------------------- Each is one thread's whole job (no cooperation), so the
+// host tests run them for every index and compare the result with the host codec.
+
+/// Loads value i of src at any byte alignment (the general paths accept pointers at any offset).
+template <class T>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float load_value(const T* src, std::uint64_t i) {
+  T v;
+  memcpy(static_cast<void*>(&v), reinterpret_cast<const unsigned char*>(src) + i * sizeof(T),
+         sizeof(T));
+  return element_traits<T>::to_float(v);
+}
+
+template <class M>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE M load_meta(const std::byte* packet, const packet_layout& l,
+                                               std::uint64_t bucket) {
+  M m;
+  memcpy(static_cast<void*>(&m), packet + l.meta_offset + bucket * sizeof(M), sizeof(M));
+  return m;
+}
+
+/// Writes bucket b's metadata (zero bytes for a bucket with NaN or inf) and says whether to flag
+/// it; setting the flag bit is the caller's (an atomic or on the device).
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool store_bucket_meta(const Q& q, std::byte* packet,
+                                                          const packet_layout& l,
+                                                          std::uint64_t bucket,
+                                                          const partial_stats& p, std::size_t n,
+                                                          const rng_key& key) {
+  using meta_type = typename Q::meta_type;
+  meta_type m{};
+  if (p.finite()) m = fit_bucket(q, p, n, key, bucket);
+  memcpy(packet + l.meta_offset + bucket * sizeof(meta_type), static_cast<const void*>(&m),
+         sizeof m);
+  return !p.finite();
+}
+
+/// Stores the n (<= 8) bytes of a packed group at any alignment.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE void store_group_bytes(std::byte* at, std::uint64_t word,
+                                                          unsigned n) {
+  for (unsigned k = 0; k < n; ++k) at[k] = static_cast<std::byte>(word >> (8 * k));
+}
+
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t load_group_bytes(const std::byte* at, unsigned n) {
+  std::uint64_t word = 0;
+  for (unsigned k = 0; k < n; ++k) word |= static_cast<std::uint64_t>(at[k]) << (8 * k);
+  return word;
+}
+
+/// Group g's codes for any bucket size: each value takes its own bucket's metadata from the packet,
+/// which store_bucket_meta has already filled; values of flagged buckets get code 0.
+template <class Q, class T>
+QSDP_HOST_DEVICE void encode_group_general(const Q& q, const T* src, std::size_t count,
+                                           std::byte* packet, const packet_layout& l,
+                                           const rng_key& key, std::uint64_t g) {
+  using meta_type = typename Q::meta_type;
+  const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
+  const std::uint64_t first = g * group_values;
+  std::uint64_t word = 0;
+  std::uint64_t cached = ~std::uint64_t{0};
+  meta_type m{};
+  bool flagged = false;
+  for (unsigned k = 0; k < group_values && first + k < count; ++k) {
+    const std::uint64_t i = first + k;
+    const std::uint64_t b = i / q.bucket_size;
+    if (b != cached) {
+      cached = b;
+      flagged = bucket_flagged(flags, b);
+      m = load_meta<meta_type>(packet, l, b);
+    }
+    if (!flagged) word |= place_code<Q::bits>(encode_value(q, load_value(src, i), m, key, i), k);
+  }
+  store_group_bytes(packet + l.codes_offset + g * Q::bits, word,
+                    group_bytes(Q::bits, g, l.code_bytes));
+}
+
+/// Decodes group g of a validated packet into out[0, n) (n = values of the group inside count,
+/// which it returns); values of flagged buckets are NaN.
+template <class Q>
+QSDP_HOST_DEVICE unsigned decode_group(const Q& q, const std::byte* packet, const packet_layout& l,
+                                       std::size_t count, std::uint64_t g, float* out) {
+  using meta_type = typename Q::meta_type;
+  const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
+  const std::uint64_t first = g * group_values;
+  const unsigned n =
+      count - first < group_values ? static_cast<unsigned>(count - first) : group_values;
+  const std::uint64_t word = load_group_bytes(packet + l.codes_offset + g * Q::bits,
+                                              group_bytes(Q::bits, g, l.code_bytes));
+  std::uint64_t cached = ~std::uint64_t{0};
+  meta_type m{};
+  bool flagged = false;
+  for (unsigned k = 0; k < n; ++k) {
+    const std::uint64_t b = (first + k) / q.bucket_size;
+    if (b != cached) {
+      cached = b;
+      flagged = bucket_flagged(flags, b);
+      m = load_meta<meta_type>(packet, l, b);
+    }
+    out[k] = flagged ? quiet_nan() : q.decode(code_at<Q::bits>(word, k), m);
+  }
+  return n;
+}
+
+}  // namespace qsdp::detail
