@@ -300,3 +300,8 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
 }
 
 }  // namespace qsdp
+
+#if defined(__CUDACC__)
+// Device buffers: the same calls with a trailing cudaStream_t (nvcc translation units only).
+#include "detail/cuda/device_codec.cuh"
+#endif

@@ -115,20 +115,33 @@ inline std::string describe_mismatch(const call_descriptor& mine, int my_rank,
   return "";
 }
 
-/// Exchanges descriptors (into `scratch`, world * 64 bytes) and throws on every rank alike if any
-/// rank's call differs from any other's: each rank compares all descriptors with rank 0's.
-template <class Comm>
-void agree_on_call(Comm& comm, const call_descriptor& mine, std::byte* scratch, const char* where) {
-  comm.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine), scratch, sizeof mine);
+/// Throws on every rank alike if any rank's descriptor (world of them, back to back in `all`) differs
+/// from another's: each rank compares all descriptors with rank 0's.
+inline void check_descriptors(const std::byte* all, int world, const char* where) {
   call_descriptor first;
-  std::memcpy(&first, scratch, sizeof first);
-  for (int peer = 1; peer < comm.size(); ++peer) {
+  std::memcpy(&first, all, sizeof first);
+  for (int peer = 1; peer < world; ++peer) {
     call_descriptor theirs;
-    std::memcpy(&theirs, scratch + static_cast<std::size_t>(peer) * sizeof theirs, sizeof theirs);
+    std::memcpy(&theirs, all + static_cast<std::size_t>(peer) * sizeof theirs, sizeof theirs);
     const std::string mismatch = describe_mismatch(first, 0, theirs, peer);
     if (!mismatch.empty())
       throw qsdp::error(std::string(where) + ": ranks disagree: " + mismatch);
   }
+}
+
+/// Exchanges descriptors (into `scratch`, world * 64 bytes) and checks them.
+template <class Comm>
+void agree_on_call(Comm& comm, const call_descriptor& mine, std::byte* scratch, const char* where) {
+  comm.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine), scratch, sizeof mine);
+  check_descriptors(scratch, comm.size(), where);
+}
+
+inline void check_world(int size, const char* where) {
+  if (size < 1) throw qsdp::error(std::string(where) + ": communicator size is " + std::to_string(size));
+  const auto world = static_cast<std::uint64_t>(size);
+  if (world * world >= (std::uint64_t{1} << 31))
+    throw qsdp::error(std::string(where) + ": world size " + std::to_string(world) +
+                      " is too large for the random streams (world^2 must stay below 2^31)");
 }
 
 template <class Comm, class Q, class T>
@@ -139,11 +152,7 @@ void check_collective_arguments(const Comm& comm, const Q& q, const char* where)
   require_policy<Q>();
   require_element<T>();
   check_bucket_size(q, where);
-  const auto world = static_cast<std::uint64_t>(comm.size());
-  if (world < 1) throw qsdp::error(std::string(where) + ": communicator size is " + std::to_string(world));
-  if (world * world >= (std::uint64_t{1} << 31))
-    throw qsdp::error(std::string(where) + ": world size " + std::to_string(world) +
-                      " is too large for the random streams (world^2 must stay below 2^31)");
+  check_world(comm.size(), where);
 }
 
 /// Random-stream number of the chunk a rank encodes: distinct for every (rank, chunk) pair of a call.
@@ -301,3 +310,9 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 }
 
 }  // namespace qsdp
+
+#if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
+// Device buffers over a device_communicator (NCCL, cuda_local): the same calls with a trailing
+// cudaStream_t (nvcc translation units only).
+#include "detail/cuda/device_collectives.cuh"
+#endif

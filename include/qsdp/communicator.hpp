@@ -80,7 +80,9 @@ namespace detail {
 /// waiting in it (or arriving later) gets a qsdp::error instead of waiting forever.
 class breakable_barrier {
  public:
-  explicit breakable_barrier(int parties) : parties_(parties) {}
+  /// `owner` names the communicator in messages.
+  explicit breakable_barrier(int parties, const char* owner = "qsdp::local_communicator")
+      : parties_(parties), owner_(owner) {}
 
   void arrive_and_wait(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
@@ -133,12 +135,13 @@ class breakable_barrier {
 
  private:
   void throw_if_broken() const {
-    if (broken_) throw qsdp::error("qsdp::local_communicator: collective abandoned: " + reason_);
+    if (broken_) throw qsdp::error(std::string(owner_) + ": collective abandoned: " + reason_);
   }
 
   std::mutex mutex_;
   std::condition_variable cv_;
   const int parties_;
+  const char* owner_;
   int arrived_ = 0;
   int departed_ = 0;
   int departed_rank_ = -1;
@@ -220,6 +223,37 @@ class local_communicator {
 
 static_assert(communicator<local_communicator>);
 
+namespace detail {
+
+/// Runs body(rank) on `world` threads (rank 0 on the caller's) and waits for all. When a rank throws,
+/// `barrier` is broken so the others leave any collective with a qsdp::error, and the first exception is
+/// rethrown here; a rank that returns departs, which releases ranks still waiting for it.
+template <class Body>
+void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  auto guarded = [&](int rank) {
+    try {
+      body(rank);
+      barrier.depart(rank);
+    } catch (...) {
+      {
+        std::lock_guard lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+      }
+      barrier.break_with("rank " + std::to_string(rank) + " failed");
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(world - 1));
+  for (int rank = 1; rank < world; ++rank) threads.emplace_back(guarded, rank);
+  guarded(0);
+  for (auto& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace detail
+
 /// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others are
 /// released from any collective with a qsdp::error and the first rank's exception is rethrown here; a
 /// rank that returns while others still wait in a collective releases them the same way.
@@ -228,27 +262,10 @@ void run_local(int world, Fn&& fn, local_options options = {}) {
   if (world < 1)
     throw qsdp::error("qsdp::run_local: world is " + std::to_string(world) + "; expected >= 1");
   detail::local_world shared(world, options.timeout);
-  std::mutex error_mutex;
-  std::exception_ptr first_error;
-  auto body = [&](int rank) {
-    try {
-      local_communicator comm(shared, rank);
-      fn(comm);
-      shared.barrier.depart(rank);  // releases ranks stuck waiting for this one, with an error
-    } catch (...) {
-      {
-        std::lock_guard lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-      }
-      shared.barrier.break_with("rank " + std::to_string(rank) + " failed");
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(world - 1));
-  for (int rank = 1; rank < world; ++rank) threads.emplace_back(body, rank);
-  body(0);
-  for (auto& t : threads) t.join();
-  if (first_error) std::rethrow_exception(first_error);
+  detail::run_rank_threads(world, shared.barrier, [&](int rank) {
+    local_communicator comm(shared, rank);
+    fn(comm);
+  });
 }
 
 }  // namespace qsdp

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// N ranks on one GPU: each rank is a thread of run_local_cuda with its own stream and its own
+// device buffers, and the byte exchanges are device-to-device copies ordered by CUDA events between
+// the ranks' streams. It runs the whole multi-rank pipeline of every device collective (encode,
+// exchange, fused decode) on a single GPU, which is how the tests check the device collectives
+// without a cluster. Host barriers line the ranks up; the GPU is never synchronised inside a call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "communicator.hpp"
+#include "config.hpp"
+#include "detail/cuda/runtime.hpp"
+#include "device_communicator.hpp"
+
+namespace qsdp {
+
+namespace detail {
+
+/// What the rank threads of one run_local_cuda share.
+struct cuda_local_world {
+  cuda_local_world(int size, int gpu, std::chrono::milliseconds wait_limit)
+      : barrier(size, "qsdp::cuda_local_communicator"),
+        posted(static_cast<std::size_t>(size)),
+        posted_bytes(static_cast<std::size_t>(size)),
+        ready(static_cast<std::size_t>(size)),
+        done(static_cast<std::size_t>(size)),
+        device(gpu),
+        timeout(wait_limit) {
+    constexpr const char* where = "qsdp::run_local_cuda";
+    for (std::size_t r = 0; r < ready.size(); ++r) {
+      cuda::check(cudaEventCreateWithFlags(&ready[r], cudaEventDisableTiming),
+                  "cudaEventCreateWithFlags", where);
+      cuda::check(cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming),
+                  "cudaEventCreateWithFlags", where);
+    }
+  }
+  cuda_local_world(const cuda_local_world&) = delete;
+  cuda_local_world& operator=(const cuda_local_world&) = delete;
+  ~cuda_local_world() {
+    for (cudaEvent_t e : ready)
+      if (e) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : done)
+      if (e) (void)cudaEventDestroy(e);
+  }
+
+  breakable_barrier barrier;
+  std::vector<const std::byte*> posted;
+  std::vector<std::size_t> posted_bytes;
+  std::vector<cudaEvent_t> ready;  // rank r's send buffer is filled (recorded on r's stream)
+  std::vector<cudaEvent_t> done;   // rank r has copied what it needs from every peer
+  int device;
+  std::chrono::milliseconds timeout;
+};
+
+}  // namespace detail
+
+/// One rank of a run_local_cuda world. Buffers are device memory of the world's GPU.
+class cuda_local_communicator {
+ public:
+  static constexpr memory_space memory = memory_space::device;
+
+  cuda_local_communicator(detail::cuda_local_world& world, int rank, cudaStream_t stream)
+      : world_(&world), rank_(rank), stream_(stream) {}
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(world_->posted.size()); }
+  int device() const noexcept { return world_->device; }
+  /// This rank's own stream (created by run_local_cuda, non-blocking).
+  cudaStream_t stream() const noexcept { return stream_; }
+  device_state& state() noexcept { return state_; }
+  std::uint64_t next_call() noexcept { return calls_++; }
+
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n,
+                        cudaStream_t stream) {
+    exchange(send, n, stream, "all_gather_bytes", [&](int peer, const std::byte* data) {
+      return copy(recv + static_cast<std::size_t>(peer) * n, data, n, stream);
+    });
+  }
+
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n,
+                        cudaStream_t stream) {
+    exchange(send, n * static_cast<std::size_t>(size()), stream, "all_to_all_bytes",
+             [&](int peer, const std::byte* data) {
+               return copy(recv + static_cast<std::size_t>(peer) * n,
+                           data + static_cast<std::size_t>(rank_) * n, n, stream);
+             });
+  }
+
+ private:
+  static cudaError_t copy(std::byte* to, const std::byte* from, std::size_t n,
+                          cudaStream_t stream) {
+    return n ? cudaMemcpyAsync(to, from, n, cudaMemcpyDeviceToDevice, stream) : cudaSuccess;
+  }
+
+  /// Post my buffer and an event marking it ready; once all have posted, my stream waits for each
+  /// peer's event and copies from its buffer; then, so that no rank overwrites its send buffer
+  /// while others still read it, every stream waits for every rank's "done" event.
+  template <class Read>
+  void exchange(const std::byte* send, std::size_t bytes, cudaStream_t stream, const char* what,
+                Read&& read) {
+    const std::string where = std::string("qsdp::cuda_local_communicator::") + what;
+    auto fail = [&](const std::string& message) {
+      world_->barrier.break_with(message);
+      throw qsdp::error(message);
+    };
+    auto checked = [&](cudaError_t e, const char* call) {
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail(where + ": " + call + " failed on rank " + std::to_string(rank_) + ": " +
+             detail::cuda::describe(e));
+      }
+    };
+    if (detail::cuda::capturing(stream, where.c_str()))
+      fail(
+          where +
+          ": the ranks of run_local_cuda line up through host barriers and events between their "
+          "streams, which a CUDA graph cannot capture; capture collectives over nccl_communicator");
+    const auto me = static_cast<std::size_t>(rank_);
+    world_->posted[me] = send;
+    world_->posted_bytes[me] = bytes;
+    checked(cudaEventRecord(world_->ready[me], stream), "cudaEventRecord");
+    world_->barrier.arrive_and_wait(world_->timeout);
+    for (int peer = 0; peer < size(); ++peer) {
+      const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
+      if (theirs != bytes)
+        fail(where + ": rank " + std::to_string(rank_) + " sends " + std::to_string(bytes) +
+             " bytes but rank " + std::to_string(peer) + " sends " + std::to_string(theirs));
+    }
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto p = static_cast<std::size_t>(peer);
+      checked(cudaStreamWaitEvent(stream, world_->ready[p], 0), "cudaStreamWaitEvent");
+      checked(read(peer, world_->posted[p]), "cudaMemcpyAsync");
+    }
+    checked(cudaEventRecord(world_->done[me], stream), "cudaEventRecord");
+    world_->barrier.arrive_and_wait(world_->timeout);
+    for (std::size_t p = 0; p < world_->done.size(); ++p)
+      checked(cudaStreamWaitEvent(stream, world_->done[p], 0), "cudaStreamWaitEvent");
+  }
+
+  detail::cuda_local_world* world_;
+  int rank_;
+  cudaStream_t stream_;
+  std::uint64_t calls_ = 0;
+  device_state state_;
+};
+
+static_assert(device_communicator<cuda_local_communicator>);
+
+/// Runs fn(comm) on `world` threads, one per rank, all on the calling thread's current CUDA device,
+/// each with its own non-blocking stream (comm.stream()). Each rank's stream is synchronised when
+/// fn returns, and a bad packet a kernel found is reported then. Failures behave as in run_local:
+/// the first rank's exception is rethrown here and the other ranks are released from their
+/// collectives.
+template <class Fn>
+void run_local_cuda(int world, Fn&& fn, local_options options = {}) {
+  constexpr const char* where = "qsdp::run_local_cuda";
+  if (world < 1)
+    throw qsdp::error(std::string(where) + ": world is " + std::to_string(world) +
+                      "; expected >= 1");
+  int device = 0;
+  detail::cuda::check(cudaGetDevice(&device), "cudaGetDevice", where);
+  detail::cuda_local_world shared(world, device, options.timeout);
+  detail::run_rank_threads(world, shared.barrier, [&](int rank) {
+    detail::cuda::check(cudaSetDevice(device), "cudaSetDevice", where);
+    cudaStream_t stream = nullptr;
+    detail::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                        "cudaStreamCreateWithFlags", where);
+    struct stream_guard {  // drains and destroys the stream however the rank ends
+      cudaStream_t s;
+      ~stream_guard() {
+        (void)cudaStreamSynchronize(s);
+        (void)cudaStreamDestroy(s);
+      }
+    } guard{stream};
+    cuda_local_communicator comm(shared, rank, stream);
+    fn(comm);
+    detail::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+    comm.state().failures.poll(where, "the packet from rank");
+  });
+}
+
+}  // namespace qsdp

@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The device codec's kernels. Every thread owns one group of eight values (one Philox block of
+// draws, `bits` bytes of codes), and the arithmetic is detail/group_codec.hpp's, shared with the
+// host codec, so packets are byte-identical to the host's.
+//
+// Encode, fast path (bucket size a power of two from 64 to 4096, 16-byte aligned input and packet):
+// one pass. A bucket's 8..512 threads load their groups with 16-byte loads into registers, reduce
+// the bucket's min/max/finite with warp shuffles (and shared memory across warps for buckets of
+// more than 256 values), fit the metadata and write codes, without reading global memory again.
+// Encode, general path (any bucket size, any alignment): a warp per bucket writes the metadata
+// (cub::WarpReduce), then a thread per group writes codes, looking up each value's bucket.
+// Decode: a thread per group; with `packets` > 1 it reads every packet's group and sums in fp32 in
+// packet order (reduce-scatter's fused decode-accumulate: each input byte read once, output written
+// once). Headers are checked on the device, once per block; a bad one is reported through a
+// failure_channel and its values come out as NaN.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cub/warp/warp_reduce.cuh>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../../quantizers.hpp"
+#include "../float_types.hpp"
+#include "../format.hpp"
+#include "../group_codec.hpp"
+#include "runtime.hpp"
+
+namespace qsdp::detail::cuda {
+
+inline constexpr unsigned codec_block = 256;        // threads per block of the per-group kernels
+inline constexpr unsigned fast_encode_block = 512;  // threads per block of the one-pass encoder
+inline constexpr unsigned max_grid = 1u << 20;      // blocks; grid-stride loops cover the rest
+
+inline unsigned grid_for(std::uint64_t items, unsigned per_block) {
+  const std::uint64_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > max_grid ? max_grid : blocks));
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+/// Sets bucket b's non-finite flag with an atomic or on the aligned 32-bit word holding it (the
+/// flags section was zeroed by the frame kernel earlier on the same stream).
+__device__ inline void set_flag(std::byte* flags, std::uint64_t b) {
+  const auto address = reinterpret_cast<std::uintptr_t>(flags + (b >> 3));
+  auto* word = reinterpret_cast<unsigned int*>(address & ~std::uintptr_t{3});
+  atomicOr(word, (1u << (b & 7)) << (8 * (address & 3)));
+}
+
+/// Header, and zeros in the padding and flag bytes around metadata and codes. (A template, so that
+/// every translation unit including this header may define it: kernels cannot be `inline`.)
+template <int = 0>
+__global__ void write_frame_kernel(std::byte* packet, packet_header h, std::size_t zero1_begin,
+                                   std::size_t zero1_end, std::size_t zero2_begin,
+                                   std::size_t zero2_end) {
+  const std::size_t n1 = zero1_end - zero1_begin, n2 = zero2_end - zero2_begin;
+  const std::size_t total = sizeof(packet_header) + n1 + n2;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    if (i < sizeof(packet_header)) {
+      packet[i] = reinterpret_cast<const std::byte*>(&h)[i];
+    } else if (i < sizeof(packet_header) + n1) {
+      packet[zero1_begin + (i - sizeof(packet_header))] = std::byte{0};
+    } else {
+      packet[zero2_begin + (i - sizeof(packet_header) - n1)] = std::byte{0};
+    }
+  }
+}
+
+struct merge_stats {
+  __device__ partial_stats operator()(partial_stats a, const partial_stats& b) const {
+    a.merge(b);
+    return a;
+  }
+};
+
+/// General path, step 1: a warp per bucket computes its statistics and writes metadata and flag.
+template <class Q, class T>
+__global__ void __launch_bounds__(codec_block)
+    bucket_meta_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
+                       rng_key key) {
+  constexpr unsigned warps = codec_block / 32;
+  using warp_reduce = cub::WarpReduce<partial_stats>;
+  __shared__ typename warp_reduce::TempStorage storage[warps];
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (std::uint64_t b = std::uint64_t{blockIdx.x} * warps + warp; b < l.buckets;
+       b += std::uint64_t{gridDim.x} * warps) {
+    const std::uint64_t begin = b * q.bucket_size;
+    const std::uint64_t n = count - begin < q.bucket_size ? count - begin : q.bucket_size;
+    partial_stats p;
+    for (std::uint64_t j = lane; j < n; j += 32) p.add(load_value(src, begin + j));
+    p = warp_reduce(storage[warp]).Reduce(p, merge_stats{});
+    if (lane == 0 && store_bucket_meta(q, packet, l, b, p, n, key))
+      set_flag(packet + l.flags_offset, b);
+    __syncwarp();
+  }
+}
+
+/// General path, step 2: a thread per group writes codes.
+template <class Q, class T>
+__global__ void __launch_bounds__(codec_block)
+    encode_groups_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
+                         rng_key key) {
+  const std::uint64_t groups = (count + group_values - 1) / group_values;
+  for (std::uint64_t g = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; g < groups;
+       g += std::uint64_t{gridDim.x} * blockDim.x)
+    encode_group_general(q, src, count, packet, l, key, g);
+}
+
+/// Eight values from a 16-byte aligned address.
+template <class T>
+__device__ QSDP_FORCE_INLINE void load_group_aligned(const T* p, float* v) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    static_assert(sizeof(T) == 2, "16-bit elements");
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
+    const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      T lo, hi;
+      const auto l16 = static_cast<std::uint16_t>(words[k]),
+                 h16 = static_cast<std::uint16_t>(words[k] >> 16);
+      memcpy(static_cast<void*>(&lo), &l16, 2);
+      memcpy(static_cast<void*>(&hi), &h16, 2);
+      v[2 * k] = element_traits<T>::to_float(lo);
+      v[2 * k + 1] = element_traits<T>::to_float(hi);
+    }
+  }
+}
+
+/// Stores a group's codes: one store for widths 1, 2, 4 and 8 (aligned, since the codes section
+/// is), bytes otherwise or when the group is the cut last one.
+template <int B>
+__device__ QSDP_FORCE_INLINE void store_codes(std::byte* at, std::uint64_t word, unsigned n) {
+  if (n == static_cast<unsigned>(B)) {
+    if constexpr (B == 8) {
+      *reinterpret_cast<unsigned long long*>(at) = word;
+      return;
+    } else if constexpr (B == 4) {
+      *reinterpret_cast<unsigned int*>(at) = static_cast<unsigned int>(word);
+      return;
+    } else if constexpr (B == 2) {
+      *reinterpret_cast<unsigned short*>(at) = static_cast<unsigned short>(word);
+      return;
+    }
+  }
+  store_group_bytes(at, word, n);
+}
+
+template <int B>
+__device__ QSDP_FORCE_INLINE std::uint64_t load_codes(const std::byte* at, unsigned n) {
+  if (n == static_cast<unsigned>(B)) {
+    if constexpr (B == 8)
+      return __ldg(reinterpret_cast<const unsigned long long*>(at));
+    else if constexpr (B == 4)
+      return __ldg(reinterpret_cast<const unsigned int*>(at));
+    else if constexpr (B == 2)
+      return __ldg(reinterpret_cast<const unsigned short*>(at));
+  }
+  return load_group_bytes(at, n);
+}
+
+__device__ QSDP_FORCE_INLINE partial_stats shuffle_xor(const partial_stats& p, unsigned offset) {
+  partial_stats o;
+  o.lo = __shfl_xor_sync(0xFFFFFFFFu, p.lo, offset);
+  o.hi = __shfl_xor_sync(0xFFFFFFFFu, p.hi, offset);
+  o.non_finite = __shfl_xor_sync(0xFFFFFFFFu, p.non_finite, offset);
+  return o;
+}
+
+/// Fast path: one pass, bucket = 2^log2_bucket values (64..4096), src and packet 16-byte aligned.
+template <class Q, class T>
+__global__ void __launch_bounds__(fast_encode_block)
+    encode_buckets_kernel(Q q, const T* __restrict__ src, std::size_t count,
+                          std::byte* __restrict__ packet, packet_layout l, rng_key key,
+                          unsigned log2_bucket) {
+  using meta_type = typename Q::meta_type;
+  constexpr int B = Q::bits;
+  __shared__ partial_stats warp_partials[fast_encode_block / 32];
+  const unsigned threads_per_bucket = 1u << (log2_bucket - 3);
+  const unsigned width = threads_per_bucket < 32 ? threads_per_bucket : 32;
+  const std::uint64_t groups = (count + group_values - 1) / group_values;
+  const std::uint64_t tiles = (groups + fast_encode_block - 1) / fast_encode_block;
+  for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const std::uint64_t g = tile * fast_encode_block + threadIdx.x;
+    const std::uint64_t first = g * group_values;
+    float v[group_values];
+    unsigned n = 0;
+    if (first + group_values <= count) {
+      load_group_aligned(src + first, v);
+      n = group_values;
+    } else if (first < count) {
+      n = static_cast<unsigned>(count - first);
+      for (unsigned k = 0; k < n; ++k) v[k] = load_value(src, first + k);
+    }
+    partial_stats p;
+#pragma unroll
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n) p.add(v[k]);
+    // Every thread of the block takes part in the reduction (inactive ones with empty statistics).
+    for (unsigned offset = width / 2; offset > 0; offset /= 2) p.merge(shuffle_xor(p, offset));
+    if (threads_per_bucket > 32) {
+      if (threadIdx.x % 32 == 0) warp_partials[threadIdx.x / 32] = p;
+      __syncthreads();
+      const unsigned warps_per_bucket = threads_per_bucket / 32;
+      const unsigned first_warp = threadIdx.x / threads_per_bucket * warps_per_bucket;
+      p = warp_partials[first_warp];
+      for (unsigned w = 1; w < warps_per_bucket; ++w) p.merge(warp_partials[first_warp + w]);
+      __syncthreads();  // the next tile overwrites warp_partials
+    }
+    if (n == 0) continue;
+    const std::uint64_t bucket = first >> log2_bucket;
+    const std::uint64_t bucket_begin = bucket << log2_bucket;
+    const std::uint64_t in_bucket = count - bucket_begin < (std::uint64_t{1} << log2_bucket)
+                                        ? count - bucket_begin
+                                        : (std::uint64_t{1} << log2_bucket);
+    std::uint64_t word = 0;
+    meta_type m{};
+    if (p.finite()) {
+      m = fit_bucket(q, p, in_bucket, key, bucket);
+      word = encode_group(q, v, n, m, key, g);
+    }
+    if (first == bucket_begin) {
+      memcpy(packet + l.meta_offset + bucket * sizeof(meta_type), static_cast<const void*>(&m),
+             sizeof m);
+      if (!p.finite()) set_flag(packet + l.flags_offset, bucket);
+    }
+    store_codes<B>(packet + l.codes_offset + g * B, word, group_bytes(B, g, l.code_bytes));
+  }
+}
+
+// ---- Decoding
+// ---------------------------------------------------------------------------------------
+
+/// Records a bad header (first failure wins) so that failure_channel::poll reports it.
+__device__ inline void report_bad_header(device_failure* f, unsigned packet,
+                                         const packet_header& seen,
+                                         const header_expectation& want) {
+  if (atomicCAS(&f->claimed, 0u, 1u) != 0u) return;
+  f->packet = packet;
+  f->seen = seen;
+  f->want = want;
+  __threadfence_system();
+  atomicExch(&f->ready, 1u);
+}
+
+/// The block's threads check the packets' headers in parallel (thread t packet t, t + blockDim.x,
+/// ...); returns to every thread whether all match. Block 0 reports a mismatch.
+__device__ inline bool headers_ok(const std::byte* packets, std::size_t packet_bytes,
+                                  unsigned count, unsigned first_index,
+                                  const header_expectation& want, device_failure* f) {
+  int ok = 1;
+  for (unsigned p = threadIdx.x; p < count; p += blockDim.x) {
+    packet_header h;
+    memcpy(&h, packets + p * packet_bytes, sizeof h);
+    if (!header_matches(h, want)) {
+      ok = 0;
+      if (blockIdx.x == 0) report_bad_header(f, first_index + p, h, want);
+    }
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
+/// Sinks: what happens to a group's decoded values. begin() gives the starting accumulator, add()
+/// folds in one packet's values, end() writes the result.
+template <class T>
+struct store_sink {  // decode: dst = value (saturated into T's range)
+  T* dst;
+  bool aligned;
+  __device__ void begin(std::uint64_t, unsigned, float*) const {}
+  __device__ void add(float* a, const float* v, unsigned n) const {
+    for (unsigned k = 0; k < n; ++k) a[k] = v[k];
+  }
+  __device__ void end(std::uint64_t first, unsigned n, const float* a) const {
+    alignas(16) T out[group_values];  // stored as 16-byte words
+    for (unsigned k = 0; k < group_values; ++k)
+      out[k] = saturating_from_float<T>(k < n ? a[k] : 0.0f);
+    store_values(dst, first, n, out, aligned);
+  }
+  template <class U>
+  __device__ static void store_values(U* dst, std::uint64_t first, unsigned n, const U* out,
+                                      bool aligned) {
+    if (aligned && n == group_values) {
+      const auto* words = reinterpret_cast<const uint4*>(out);
+      auto* to = reinterpret_cast<uint4*>(dst + first);
+      for (unsigned w = 0; w < sizeof(U) * group_values / 16; ++w) to[w] = words[w];
+    } else {
+      for (unsigned k = 0; k < n; ++k)
+        memcpy(reinterpret_cast<unsigned char*>(dst) + (first + k) * sizeof(U),
+               static_cast<const void*>(&out[k]), sizeof(U));
+    }
+  }
+};
+
+struct accumulate_sink {  // decode_accumulate: acc += value, packet after packet
+  float* acc;
+  bool aligned;
+  __device__ void begin(std::uint64_t first, unsigned n, float* a) const {
+    if (aligned && n == group_values) {
+      const float4 x = reinterpret_cast<const float4*>(acc + first)[0];
+      const float4 y = reinterpret_cast<const float4*>(acc + first)[1];
+      a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w, a[4] = y.x, a[5] = y.y, a[6] = y.z,
+      a[7] = y.w;
+    } else {
+      for (unsigned k = 0; k < n; ++k) a[k] = load_value(acc, first + k);
+    }
+  }
+  __device__ void add(float* a, const float* v, unsigned n) const {
+    for (unsigned k = 0; k < n; ++k) a[k] = a[k] + v[k];
+  }
+  __device__ void end(std::uint64_t first, unsigned n, const float* a) const {
+    store_sink<float>::store_values(acc, first, n, a, aligned);
+  }
+};
+
+template <class T>
+struct reduce_sink {  // reduce-scatter: out = (sum over packets) [/ world], rounded to T
+  T* dst;
+  bool aligned;
+  bool average;
+  float world;
+  __device__ void begin(std::uint64_t, unsigned, float* a) const {
+    for (unsigned k = 0; k < group_values; ++k) a[k] = 0.0f;
+  }
+  __device__ void add(float* a, const float* v, unsigned n) const {
+    for (unsigned k = 0; k < n; ++k) a[k] = a[k] + v[k];
+  }
+  __device__ void end(std::uint64_t first, unsigned n, const float* a) const {
+    alignas(16) T out[group_values];  // stored as 16-byte words
+    // Plain rounding, as on the host: a sum that overflows T becomes inf, never a clipped value.
+    for (unsigned k = 0; k < group_values; ++k)
+      out[k] = element_traits<T>::from_float(k < n ? (average ? a[k] / world : a[k]) : 0.0f);
+    store_sink<T>::store_values(dst, first, n, out, aligned);
+  }
+};
+
+/// One group of a quantized packet, fast when the group lies in one bucket (log2_bucket >= 3) and
+/// the packet is 16-byte aligned.
+template <class Q>
+__device__ QSDP_FORCE_INLINE unsigned decode_one(const Q& q, const std::byte* packet,
+                                                 const packet_layout& l, std::size_t count,
+                                                 std::uint64_t g, int log2_bucket, bool aligned,
+                                                 float* v) {
+  if (log2_bucket < 3 || !aligned) return decode_group(q, packet, l, count, g, v);
+  using meta_type = typename Q::meta_type;
+  constexpr int B = Q::bits;
+  const std::uint64_t first = g * group_values;
+  const unsigned n =
+      count - first < group_values ? static_cast<unsigned>(count - first) : group_values;
+  const std::uint64_t b = first >> log2_bucket;
+  const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
+  if (bucket_flagged(flags, b)) {
+    for (unsigned k = 0; k < group_values; ++k) v[k] = quiet_nan();
+    return n;
+  }
+  const meta_type m = load_meta<meta_type>(packet, l, b);
+  const std::uint64_t word =
+      load_codes<B>(packet + l.codes_offset + g * B, group_bytes(B, g, l.code_bytes));
+#pragma unroll
+  for (unsigned k = 0; k < group_values; ++k) v[k] = q.decode(code_at<B>(word, k), m);
+  return n;
+}
+
+/// One value of an identity packet (raw values of the packet's own element type).
+__device__ QSDP_FORCE_INLINE float identity_value(const std::byte* packet, const packet_layout& l,
+                                                  std::uint8_t element, std::uint64_t i) {
+  const std::byte* values = packet + l.codes_offset;
+  switch (static_cast<element_type>(element)) {
+    case element_type::f32:
+      return load_value(reinterpret_cast<const float*>(values), i);
+    case element_type::f64:
+      return load_value(reinterpret_cast<const double*>(values), i);
+    case element_type::f16:
+      return load_value(reinterpret_cast<const __half*>(values), i);
+    default:
+      return load_value(reinterpret_cast<const __nv_bfloat16*>(values), i);
+  }
+}
+
+/// Decodes `packets` packets of `count` values (packet p at packets + p * packet_bytes) into the
+/// sink.
+template <class Q, class Sink>
+__global__ void __launch_bounds__(codec_block)
+    decode_kernel(Q q, const std::byte* packets, std::size_t packet_bytes, unsigned packet_count,
+                  unsigned first_index, std::size_t count, packet_layout l, header_expectation want,
+                  int log2_bucket, bool packets_aligned, device_failure* failure, Sink sink) {
+  const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
+  const std::uint64_t groups = (count + group_values - 1) / group_values;
+  for (std::uint64_t g = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; g < groups;
+       g += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t first = g * group_values;
+    const unsigned n =
+        count - first < group_values ? static_cast<unsigned>(count - first) : group_values;
+    alignas(16) float a[group_values];
+    float v[group_values];
+    sink.begin(first, n, a);
+    for (unsigned p = 0; p < packet_count; ++p) {
+      const std::byte* packet = packets + p * packet_bytes;
+      if (!ok) {
+        for (unsigned k = 0; k < group_values; ++k) v[k] = quiet_nan();
+      } else if constexpr (is_identity<Q>) {
+        const auto element = static_cast<std::uint8_t>(packet[offsetof(packet_header, element)]);
+        for (unsigned k = 0; k < n; ++k) v[k] = identity_value(packet, l, element, first + k);
+      } else {
+        decode_one(q, packet, l, count, g, log2_bucket, packets_aligned, v);
+      }
+      sink.add(a, v, n);
+    }
+    sink.end(first, n, a);
+  }
+}
+
+}  // namespace qsdp::detail::cuda

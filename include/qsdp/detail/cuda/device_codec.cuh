@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The device codec: launchers for the kernels of codec_kernels.cuh, and the public overloads of
+// encode, decode and decode_accumulate that take device buffers and a cudaStream_t (codec.hpp
+// includes this file when nvcc compiles it). Calls are stream-ordered and never synchronise. A bad
+// packet header is found by the decoding kernel itself: its values come out as NaN and the failure
+// is reported by qsdp::synchronize_and_check(stream), or by the next device codec call on that
+// device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "../../quantizers.hpp"
+#include "../format.hpp"
+#include "../group_codec.hpp"
+#include "codec_kernels.cuh"
+#include "runtime.hpp"
+
+namespace qsdp::detail::cuda {
+
+template <class T>
+consteval void require_device_element() {
+  static_assert(
+      std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+      "qsdp's CUDA path takes float, __half or __nv_bfloat16 device buffers");
+}
+
+/// log2 of the bucket size when it is a power of two in [lo, hi], else -1.
+inline int pow2_log(std::size_t bucket, std::size_t lo, std::size_t hi) {
+  if (bucket < lo || bucket > hi || (bucket & (bucket - 1)) != 0) return -1;
+  int log = 0;
+  while ((std::size_t{1} << log) < bucket) ++log;
+  return log;
+}
+
+/// Encodes count values at src (device) into the packet (device), stream-ordered.
+template <class Q, class T>
+void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
+                   const rng_key& key, cudaStream_t stream, const char* where) {
+  const packet_layout l = layout_for<Q, T>(q, count);
+  const packet_header h = make_header<Q, T>(q, count);
+  const std::size_t meta_end =
+      is_identity<Q> ? l.codes_offset : l.meta_offset + l.buckets * meta_size_of<Q>();
+  const std::size_t code_end = l.codes_offset + l.code_bytes;
+  const std::size_t frame_bytes =
+      sizeof(packet_header) + (l.codes_offset - meta_end) + (l.total - code_end);
+  write_frame_kernel<><<<grid_for(frame_bytes, codec_block), codec_block, 0, stream>>>(
+      packet, h, meta_end, l.codes_offset, code_end, l.total);
+  check_launch("write_frame_kernel", where);
+  if (count == 0) return;
+  if constexpr (is_identity<Q>) {
+    check(cudaMemcpyAsync(packet + l.codes_offset, src, count * sizeof(T), cudaMemcpyDeviceToDevice,
+                          stream),
+          "cudaMemcpyAsync", where);
+  } else {
+    const std::uint64_t groups = (count + group_values - 1) / group_values;
+    const int log2_bucket = pow2_log(q.bucket_size, 64, 4096);
+    if (log2_bucket >= 0 && aligned16(src) && aligned16(packet)) {
+      encode_buckets_kernel<<<grid_for(groups, fast_encode_block), fast_encode_block, 0, stream>>>(
+          q, src, count, packet, l, key, static_cast<unsigned>(log2_bucket));
+      check_launch("encode_buckets_kernel", where);
+    } else {
+      bucket_meta_kernel<<<grid_for(l.buckets, codec_block / 32), codec_block, 0, stream>>>(
+          q, src, count, packet, l, key);
+      check_launch("bucket_meta_kernel", where);
+      encode_groups_kernel<<<grid_for(groups, codec_block), codec_block, 0, stream>>>(
+          q, src, count, packet, l, key);
+      check_launch("encode_groups_kernel", where);
+    }
+  }
+}
+
+/// Decodes `packet_count` packets of `count` values each (packet p at packets + p * packet_bytes)
+/// into the sink. Failures are reported with packet index first_index + p.
+template <class Q, class Sink>
+void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_bytes,
+                   unsigned packet_count, std::size_t count, const header_expectation& want,
+                   unsigned first_index, device_failure* failure, const Sink& sink,
+                   cudaStream_t stream, const char* where) {
+  packet_layout l;
+  int log2_bucket = -1;
+  if constexpr (is_identity<Q>) {
+    l = make_layout(want.bits == 0 ? 8 : want.bits, 0, 0, count);  // only codes_offset is read
+  } else {
+    l = make_layout(Q::bits, meta_size_of<Q>(), q.bucket_size, count);
+    log2_bucket = pow2_log(q.bucket_size, group_values, std::size_t{1} << 62);
+  }
+  const std::uint64_t groups = (count + group_values - 1) / group_values;
+  decode_kernel<<<grid_for(groups, codec_block), codec_block, 0, stream>>>(
+      q, packets, packet_bytes, packet_count, first_index, count, l, want, log2_bucket,
+      aligned16(packets), failure, sink);
+  check_launch("decode_kernel", where);
+}
+
+/// The failure channel of the plain device codec calls, one per device (collectives use their
+/// communicator's own).
+inline failure_channel& codec_failures(int device) {
+  static std::mutex guard;
+  static std::array<std::unique_ptr<failure_channel>, 64> channels;
+  std::lock_guard lock(guard);
+  if (device < 0 || device >= static_cast<int>(channels.size()))
+    throw qsdp::error("qsdp device codec: device " + std::to_string(device) + " is out of range");
+  auto& c = channels[static_cast<std::size_t>(device)];
+  if (!c) c = std::make_unique<failure_channel>();
+  return *c;
+}
+
+/// Shared argument checks of the device codec calls; returns the stream's device.
+template <class Q>
+int check_device_call(const Q& q, std::size_t count, cudaStream_t stream, const char* where) {
+  require_policy<Q>();
+  check_bucket_size(q, where);
+  check_count(count, where);
+  const int device = stream_device(stream, where);
+  codec_failures(device).poll(where);  // an earlier call's bad packet is reported before new work
+  return device;
+}
+
+}  // namespace qsdp::detail::cuda
+
+namespace qsdp {
+
+/// Device encode: src and packet are device memory of the stream's device; stream-ordered, no
+/// synchronisation. Takes the policy's next call index, like the host encode.
+template <class Q, class T>
+void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_position position,
+            cudaStream_t stream) {
+  constexpr const char* where = "qsdp::encode (device)";
+  detail::cuda::require_device_element<T>();
+  const int device = detail::cuda::check_device_call(q, count, stream, where);
+  if (position.stream >= (1u << 31))
+    throw qsdp::error(std::string(where) + ": rng_position.stream is " +
+                      std::to_string(position.stream) + "; expected < 2^31");
+  if (packet == nullptr) throw qsdp::error(std::string(where) + ": packet is null");
+  detail::cuda::require_device_pointer(packet, "packet", device, where);
+  if (count > 0) {
+    if (src == nullptr)
+      throw qsdp::error(std::string(where) + ": src is null with count " + std::to_string(count));
+    detail::cuda::require_device_pointer(src, "src", device, where);
+  }
+  detail::cuda::launch_encode(q, src, count, packet,
+                              detail::rng_key{detail::seed_of(q), position.call, position.stream},
+                              stream, where);
+}
+
+template <class Q, class T>
+void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, cudaStream_t stream) {
+  const detail::rng_key key = detail::next_key(q);
+  encode(q, src, count, packet, rng_position{.call = key.call, .stream = 0}, stream);
+}
+
+/// Device decode of one packet of `count` values into dst (device memory). Buckets that held NaN or
+/// inf decode to NaN. A packet whose header does not match q and count decodes to NaN and the
+/// mismatch is reported by synchronize_and_check (or the next device codec call).
+template <class Q, class T>
+void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst, cudaStream_t stream) {
+  constexpr const char* where = "qsdp::decode (device)";
+  detail::cuda::require_device_element<T>();
+  const int device = detail::cuda::check_device_call(q, count, stream, where);
+  if (packet == nullptr) throw qsdp::error(std::string(where) + ": packet is null");
+  detail::cuda::require_device_pointer(packet, "packet", device, where);
+  if (count > 0) {
+    if (dst == nullptr)
+      throw qsdp::error(std::string(where) + ": dst is null with count " + std::to_string(count));
+    detail::cuda::require_device_pointer(dst, "dst", device, where);
+  }
+  detail::header_expectation want =
+      detail::expectation_for(q, count, static_cast<int>(detail::element_traits<T>::tag));
+  if constexpr (detail::is_identity<Q>) want.bits = static_cast<std::uint8_t>(8 * sizeof(T));
+  detail::cuda::launch_decode(
+      q, packet, 0, 1, count, want, 0, detail::cuda::codec_failures(device).device_record(where),
+      detail::cuda::store_sink<T>{dst, detail::cuda::aligned16(dst)}, stream, where);
+}
+
+/// Device decode-accumulate: acc[i] += the sum over packets of value i, in packet order, for
+/// `packet_count` packets of `count` values stored back to back (as all_to_all_bytes delivers
+/// them).
+template <class Q>
+void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_count,
+                       std::size_t count, float* acc, cudaStream_t stream) {
+  constexpr const char* where = "qsdp::decode_accumulate (device)";
+  const int device = detail::cuda::check_device_call(q, count, stream, where);
+  if (packet_count == 0) return;
+  if (packet_count > 0xFFFFFFFFu)
+    throw qsdp::error(std::string(where) + ": packet_count is " + std::to_string(packet_count) +
+                      "; expected < 2^32");
+  if (packets == nullptr) throw qsdp::error(std::string(where) + ": packets is null");
+  detail::cuda::require_device_pointer(packets, "packets", device, where);
+  if (count > 0) {
+    if (acc == nullptr)
+      throw qsdp::error(std::string(where) + ": acc is null with count " + std::to_string(count));
+    detail::cuda::require_device_pointer(acc, "acc", device, where);
+  }
+  std::size_t packet_bytes = 0;
+  if constexpr (detail::is_identity<Q>) {
+    // Raw packets of any element type: their size depends on it, so all must be of one type; the
+    // kernel checks each header, the size comes from the first packet's type, read here.
+    detail::packet_header h{};
+    detail::cuda::check(cudaMemcpyAsync(&h, packets, sizeof h, cudaMemcpyDeviceToHost, stream),
+                        "cudaMemcpyAsync", where);
+    detail::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+    detail::check_header(
+        h,
+        [&] {
+          detail::header_expectation e = detail::expectation_for(q, count, h.element);
+          e.bits = static_cast<std::uint8_t>(
+              8 * detail::element_size(static_cast<detail::element_type>(h.element)));
+          return e;
+        }(),
+        where);
+    packet_bytes = detail::make_layout(h.bits, 0, 0, count).total;
+  } else {
+    packet_bytes = detail::layout_for<Q, float>(q, count).total;
+  }
+  const detail::header_expectation want = detail::expectation_for(q, count, -1);
+  detail::cuda::launch_decode(q, packets, packet_bytes, static_cast<unsigned>(packet_count), count,
+                              want, 0, detail::cuda::codec_failures(device).device_record(where),
+                              detail::cuda::accumulate_sink{acc, detail::cuda::aligned16(acc)},
+                              stream, where);
+}
+
+/// Waits for the stream, then reports any bad packet a device decode on its device found since the
+/// last check (as a qsdp::error naming the field, as the host decoder would).
+inline void synchronize_and_check(cudaStream_t stream) {
+  constexpr const char* where = "qsdp::synchronize_and_check";
+  detail::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  detail::cuda::codec_failures(detail::cuda::stream_device(stream, where))
+      .poll("qsdp::decode (device)");
+}
+
+}  // namespace qsdp

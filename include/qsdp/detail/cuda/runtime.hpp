@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the CUDA path needs from the CUDA runtime, wrapped so that every failure is a qsdp::error
+// naming the call: error checks, pointer and stream checks, the stream-ordered scratch of the
+// device communicators, and the channel through which kernels report bad packets to the host
+// without a synchronisation. Host code only (the runtime API), so g++ compiles it; the kernels live
+// in .cuh files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "../../config.hpp"
+#include "../format.hpp"
+
+namespace qsdp::detail::cuda {
+
+inline std::string describe(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
+
+/// Throws qsdp::error "<where>: <call> failed: cudaErrorX (message)" unless e is cudaSuccess.
+inline void check(cudaError_t e, const char* call, const char* where) {
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear a sticky launch error so the next call starts clean
+    throw qsdp::error(std::string(where) + ": " + call + " failed: " + describe(e));
+  }
+}
+
+/// After kernel launches: a launch error (bad configuration, no device) becomes a qsdp::error.
+inline void check_launch(const char* kernel, const char* where) {
+  check(cudaGetLastError(), kernel, where);
+}
+
+/// Whether a CUDA device is usable here (tests skip, demos fall back to the host path otherwise).
+inline bool device_available() {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return devices > 0;
+}
+
+/// Device the stream belongs to (the current device for the legacy default stream).
+inline int stream_device(cudaStream_t stream, const char* where) {
+  int device = -1;
+  check(cudaStreamGetDevice(stream, &device), "cudaStreamGetDevice", where);
+  return device;
+}
+
+inline std::string address(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
+
+/// Requires `p` to be memory the GPU `device` can read and write: device memory of that device or
+/// managed memory. Host memory (pageable or pinned) is refused with a message naming the argument.
+inline void require_device_pointer(const void* p, const char* name, int device, const char* where) {
+  cudaPointerAttributes a{};
+  check(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes", where);
+  if (a.type == cudaMemoryTypeManaged) return;
+  if (a.type != cudaMemoryTypeDevice)
+    throw qsdp::error(
+        std::string(where) + ": " + name + " (" + address(p) + ") is " +
+        (a.type == cudaMemoryTypeHost ? "pinned host memory" : "host memory") +
+        "; the CUDA path expects device memory (cudaMalloc, cudaMallocAsync or managed)");
+  if (a.device != device)
+    throw qsdp::error(std::string(where) + ": " + name + " (" + address(p) +
+                      ") is memory of device " + std::to_string(a.device) +
+                      ", but the stream belongs to device " + std::to_string(device));
+}
+
+/// True while `stream` is being captured into a CUDA graph (then nothing may synchronise or
+/// allocate outside the graph).
+inline bool capturing(cudaStream_t stream, const char* where) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing", where);
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// ---- Bad packets seen by kernels
+// ---------------------------------------------------------------------
+
+/// What a kernel writes when a packet's header is not the one expected. Lives in mapped pinned
+/// memory: the kernel's write reaches the host without a copy, and the host reads it without
+/// synchronising.
+struct device_failure {
+  unsigned int claimed;  // 0 free; the first failing thread sets 1 (atomicCAS), so one report wins
+  unsigned int ready;    // set last, after the fields below are visible to the host
+  unsigned int packet;   // index of the bad packet among those the kernel read (the sending rank)
+  unsigned int reserved;
+  packet_header seen;
+  header_expectation want;
+};
+
+/// Owner of one device_failure record. poll() is cheap (a read of pinned memory) and never waits.
+class failure_channel {
+ public:
+  failure_channel() = default;
+  failure_channel(const failure_channel&) = delete;
+  failure_channel& operator=(const failure_channel&) = delete;
+  ~failure_channel() {
+    if (host_) (void)cudaFreeHost(host_);
+  }
+
+  /// The record kernels write to (allocated on first use).
+  device_failure* device_record(const char* where) {
+    if (!host_) {
+      void* p = nullptr;
+      check(cudaHostAlloc(&p, sizeof(device_failure), cudaHostAllocMapped), "cudaHostAlloc", where);
+      host_ = static_cast<device_failure*>(p);
+      *host_ = device_failure{};
+      void* d = nullptr;
+      check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer", where);
+      device_ = static_cast<device_failure*>(d);
+    }
+    return device_;
+  }
+
+  /// Throws the failure a kernel reported since the last poll, if any, with the message the host
+  /// decoder gives for the same header and where the packet was: "(in <source_noun> <index>, ...)",
+  /// e.g. "in packet 2" or "in the packet from rank 2".
+  void poll(const char* where, const char* source_noun = "packet") {
+    if (!host_) return;
+    volatile device_failure* f = host_;
+    if (f->ready == 0) return;
+    const device_failure copy = *const_cast<const device_failure*>(host_);
+    *host_ = device_failure{};  // rearm
+    std::string message;
+    try {
+      check_header(copy.seen, copy.want, where);
+      message = std::string(where) + ": a kernel reported a bad packet header";
+    } catch (const qsdp::error& e) {
+      message = e.what();
+    }
+    throw qsdp::error(message + " (in " + source_noun + " " + std::to_string(copy.packet) +
+                      ", found by the device; values decoded from it were set to NaN)");
+  }
+
+ private:
+  device_failure* host_ = nullptr;
+  device_failure* device_ = nullptr;
+};
+
+// ---- Stream-ordered scratch
+// --------------------------------------------------------------------------
+
+/// Device scratch of a communicator: grows (cudaMallocAsync on the caller's stream) when a larger
+/// call arrives and is reused otherwise. Growing during CUDA graph capture is refused: run the call
+/// once before capturing it, as for NCCL's own buffers.
+class device_workspace {
+ public:
+  device_workspace() = default;
+  device_workspace(const device_workspace&) = delete;
+  device_workspace& operator=(const device_workspace&) = delete;
+  ~device_workspace() {
+    if (data_) (void)cudaFreeAsync(data_, last_stream_);
+  }
+
+  std::byte* get(std::size_t bytes, cudaStream_t stream, const char* where) {
+    if (bytes > capacity_) {
+      if (capturing(stream, where))
+        throw qsdp::error(
+            std::string(where) + ": needs " + std::to_string(bytes) +
+            " bytes of device scratch but holds " + std::to_string(capacity_) +
+            ", and the stream is being captured into a CUDA graph: make the same call "
+            "once before capturing it so the scratch is allocated outside the graph");
+      const std::size_t grown =
+          bytes > capacity_ + capacity_ / 2 ? bytes : capacity_ + capacity_ / 2;
+      if (data_) check(cudaFreeAsync(data_, stream), "cudaFreeAsync", where);
+      data_ = nullptr;
+      capacity_ = 0;
+      void* p = nullptr;
+      check(cudaMallocAsync(&p, grown, stream), "cudaMallocAsync", where);
+      data_ = static_cast<std::byte*>(p);
+      capacity_ = grown;
+      ++growths_;
+    }
+    last_stream_ = stream;
+    return data_;
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t growths() const noexcept { return growths_; }
+
+ private:
+  std::byte* data_ = nullptr;  // cudaMallocAsync returns 256-byte aligned memory
+  std::size_t capacity_ = 0;
+  std::size_t growths_ = 0;
+  cudaStream_t last_stream_ = nullptr;
+};
+
+}  // namespace qsdp::detail::cuda

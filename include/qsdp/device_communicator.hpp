@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the collectives need from a transport of device buffers (NCCL, or the one-GPU multi-rank
+// communicator of cuda_local.hpp): the host communicator's calls with a cudaStream_t, all
+// stream-ordered, plus the state the device collectives keep per communicator. Needs the CUDA
+// runtime headers, not nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+
+#include "communicator.hpp"
+#include "config.hpp"
+#include "detail/cuda/runtime.hpp"
+
+namespace qsdp {
+
+/// What the device collectives keep per communicator: the stream-ordered scratch, the channel
+/// through which decoding kernels report a peer's bad packet, and the call signatures all ranks
+/// have already agreed on (only a new signature costs a host round trip; see collectives.hpp).
+class device_state {
+ public:
+  detail::cuda::device_workspace workspace;
+  detail::cuda::failure_channel failures;
+
+  /// Whether all ranks have agreed on this 64-byte call descriptor before.
+  bool agreed(const void* descriptor) const {
+    for (const auto& d : agreed_)
+      if (std::memcmp(d.bytes, descriptor, sizeof d.bytes) == 0) return true;
+    return false;
+  }
+  /// Remembers an agreed descriptor; the oldest is forgotten past `capacity` (the same on every
+  /// rank, since every rank makes the same calls in the same order).
+  void remember(const void* descriptor) {
+    if (agreed_.size() == capacity) agreed_.pop_front();
+    agreed_.emplace_back();
+    std::memcpy(agreed_.back().bytes, descriptor, sizeof agreed_.back().bytes);
+  }
+  static constexpr std::size_t capacity = 64;
+
+ private:
+  struct entry {
+    unsigned char bytes[64];
+  };
+  std::deque<entry> agreed_;
+};
+
+/// A communicator of device buffers:
+///   rank(), size(), device()                    this rank, the number of ranks, its CUDA device
+///   all_gather_bytes(send, recv, n, stream)     as communicator's, ordered on `stream`
+///   all_to_all_bytes(send, recv, n, stream)
+///   state()                                     a device_state owned by the communicator
+///   next_call()                                 per-communicator call counter (same on every rank)
+///   memory == memory_space::device
+template <class C>
+concept device_communicator = requires(C& c, const std::byte* send, std::byte* recv, std::size_t n,
+                                       cudaStream_t stream) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  { c.device() } -> std::convertible_to<int>;
+  c.all_gather_bytes(send, recv, n, stream);
+  c.all_to_all_bytes(send, recv, n, stream);
+  { c.state() } -> std::same_as<device_state&>;
+  { c.next_call() } -> std::convertible_to<std::uint64_t>;
+  requires C::memory == memory_space::device;
+};
+
+}  // namespace qsdp

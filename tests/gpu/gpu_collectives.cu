@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device collectives among the ranks of run_local_cuda (one GPU), and a one-rank NCCL communicator.
+#include <thrust/device_vector.h>
+
+#include <mutex>
+#include <stdexcept>
+
+#include <qsdp/collectives.hpp>
+#include <qsdp/cuda_local.hpp>
+#if QSDP_TEST_NCCL
+#include <qsdp/nccl.hpp>
+#endif
+
+#include "codec_helpers.cuh"
+#include "gpu_support.hpp"
+
+namespace gpu_test {
+
+bool device_present() { return qsdp::detail::cuda::device_available(); }
+
+template <class Comm, class Q, class T>
+void call(collective kind, Comm& comm, const Q& q, T* send, T* recv, std::size_t count,
+          qsdp::reduce_op op, cudaStream_t stream) {
+  switch (kind) {
+    case collective::all_gather:
+      qsdp::all_gather(comm, q, send, recv, count, stream);
+      break;
+    case collective::reduce_scatter:
+      qsdp::reduce_scatter(comm, q, send, recv, count, op, stream);
+      break;
+    case collective::all_reduce:
+      qsdp::all_reduce(comm, q, recv, count, op, stream);
+      break;
+  }
+}
+
+template <class Q, class T>
+std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int world,
+                                              std::size_t count,
+                                              const std::vector<std::vector<T>>& inputs,
+                                              qsdp::reduce_op op, int calls, std::size_t* growths) {
+  const auto w = static_cast<std::size_t>(world);
+  const std::size_t in_count = kind == collective::reduce_scatter ? count * w : count;
+  const std::size_t out_count = kind == collective::all_gather ? count * w : count;
+  std::vector<std::vector<T>> outputs(w);
+  qsdp::run_local_cuda(world, [&](qsdp::cuda_local_communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    thrust::device_vector<T> send(inputs[r].begin(), inputs[r].end());
+    thrust::device_vector<T> recv(out_count);
+    T* s = thrust::raw_pointer_cast(send.data());
+    T* d = thrust::raw_pointer_cast(recv.data());
+    (void)in_count;
+    auto one_call = [&] {
+      if (kind == collective::all_reduce)  // in place: start from the input every time
+        cuda_ok(cudaMemcpyAsync(d, s, count * sizeof(T), cudaMemcpyDeviceToDevice, comm.stream()),
+                "copy");
+      call(kind, comm, q, s, d, count, op, comm.stream());
+    };
+    for (int c = 0; c < calls; ++c) one_call();
+    cuda_ok(cudaStreamSynchronize(comm.stream()), "sync");
+    if (growths && r == 0) *growths = comm.state().workspace.growths();
+    outputs[r].resize(out_count);
+    thrust::copy(recv.begin(), recv.end(), outputs[r].begin());
+  });
+  return outputs;
+}
+
+bool nccl_built() { return QSDP_TEST_NCCL != 0; }
+
+template <class Q, class T>
+std::vector<std::vector<T>> nccl_one_rank(const Q& q, const std::vector<T>& x, bool graph_replay) {
+#if QSDP_TEST_NCCL
+  ncclComm_t raw = nullptr;
+  int devices[1] = {0};
+  if (ncclCommInitAll(&raw, 1, devices) != ncclSuccess)
+    throw std::runtime_error("ncclCommInitAll failed");
+  struct closer {
+    ncclComm_t c;
+    ~closer() { (void)ncclCommDestroy(c); }
+  } close{raw};
+  qsdp::nccl_communicator comm(raw);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "stream");
+  std::vector<std::vector<T>> out;
+  {
+    thrust::device_vector<T> send(x.begin(), x.end()), recv(x.size());
+    T* s = thrust::raw_pointer_cast(send.data());
+    T* d = thrust::raw_pointer_cast(recv.data());
+    for (collective kind :
+         {collective::all_gather, collective::reduce_scatter, collective::all_reduce}) {
+      if (kind == collective::all_reduce)
+        cuda_ok(cudaMemcpyAsync(d, s, x.size() * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+                "copy");
+      call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
+      if (graph_replay) {  // the first call agreed and sized the scratch; capture the same call
+                           // again
+        cuda_ok(cudaStreamSynchronize(stream), "sync");
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        cuda_ok(cudaMemsetAsync(d, 0, x.size() * sizeof(T), stream), "clear");
+        if (kind == collective::all_reduce)
+          cuda_ok(cudaMemcpyAsync(d, s, x.size() * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+                  "copy");
+        cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+        try {
+          call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
+        } catch (...) {
+          (void)cudaStreamEndCapture(stream, &graph);
+          throw;
+        }
+        cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+        cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+        cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+        cuda_ok(cudaStreamSynchronize(stream), "sync");
+        (void)cudaGraphExecDestroy(exec);
+        (void)cudaGraphDestroy(graph);
+      }
+      cuda_ok(cudaStreamSynchronize(stream), "sync");
+      comm.check_async_error();
+      out.emplace_back(x.size());
+      thrust::copy(recv.begin(), recv.end(), out.back().begin());
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+  return out;
+#else
+  (void)q;
+  (void)x;
+  (void)graph_replay;
+  throw std::runtime_error("NCCL was not found when the tests were built");
+#endif
+}
+
+}  // namespace gpu_test
+
+#define GPU_TEST_COLLECTIVE_INSTANCES(Q, T)                                                        \
+  template std::vector<std::vector<T>> gpu_test::device_collective<Q, T>(                          \
+      collective, const Q&, int, std::size_t, const std::vector<std::vector<T>>&, qsdp::reduce_op, \
+      int, std::size_t*);                                                                          \
+  template std::vector<std::vector<T>> gpu_test::nccl_one_rank<Q, T>(const Q&,                     \
+                                                                     const std::vector<T>&, bool);
+
+using gpu_test::collective;
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::random_shift<8>, __nv_bfloat16)
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::stochastic<8>, __nv_bfloat16)
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::stochastic<4>, float)
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::uniform<2>, __half)
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::symmetric<8>, float)
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::identity, float)

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPU tests' bridge between host test code (doctest, .cpp, g++) and device work (.cu, nvcc).
+// Each helper takes and returns host vectors; its definition lives in a .cu file, explicitly
+// instantiated for the policies and element types the tests use (a missing one is a link error).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <qsdp/codec.hpp>
+#include <qsdp/collectives.hpp>
+
+namespace gpu_test {
+
+/// Whether a CUDA device can be used (false without a GPU or driver).
+bool device_present();
+
+/// Encodes x on the device. The input is copied to a device buffer at byte offset `src_offset` (any
+/// value: unaligned pointers take the general path), the packet written at byte offset
+/// `packet_offset`; returns the packet's compressed_size bytes.
+template <class Q, class T>
+std::vector<std::byte> device_encode(const Q& q, const std::vector<T>& x, std::size_t src_offset,
+                                     std::size_t packet_offset, qsdp::rng_position position);
+
+/// Decodes a packet (copied to the device at `packet_offset`) into count values written at byte
+/// offset `dst_offset` of a device buffer, after synchronize_and_check (which throws on a bad
+/// header).
+template <class Q, class T>
+std::vector<T> device_decode(const Q& q, const std::vector<std::byte>& packet, std::size_t count,
+                             std::size_t packet_offset, std::size_t dst_offset);
+
+/// acc += decode_accumulate of `packet_count` packets back to back, on the device.
+template <class Q>
+std::vector<float> device_decode_accumulate(const Q& q, const std::vector<std::byte>& packets,
+                                            std::size_t packet_count, std::size_t count,
+                                            std::vector<float> acc, std::size_t acc_offset);
+
+enum class collective { all_gather, reduce_scatter, all_reduce };
+
+/// Runs one collective among world ranks of run_local_cuda (one GPU), `calls` times in a row with
+/// the same inputs; returns every rank's output of the last call. inputs[r] is rank r's send buffer
+/// (all_reduce: its data). `growths` receives rank 0's workspace growth count.
+template <class Q, class T>
+std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int world,
+                                              std::size_t count,
+                                              const std::vector<std::vector<T>>& inputs,
+                                              qsdp::reduce_op op, int calls = 1,
+                                              std::size_t* growths = nullptr);
+
+/// One rank of a real NCCL communicator (ncclCommInitAll over device 0): all_gather, reduce_scatter
+/// (sum) and all_reduce (sum) of x, outputs in that order. With graph_replay, each collective is
+/// called once and then captured in a CUDA graph and replayed; the replay's output is returned.
+/// Throws if NCCL was not found when the tests were built.
+template <class Q, class T>
+std::vector<std::vector<T>> nccl_one_rank(const Q& q, const std::vector<T>& x, bool graph_replay);
+bool nccl_built();
+
+/// The message of the qsdp::error a device call with bad arguments throws, or "" if none is thrown.
+/// Cases: "host send pointer", "pinned recv pointer", "stream of another device", "captured first
+/// call", "corrupt header", "misplaced packet".
+std::string device_bad_input(const std::string& which);
+
+}  // namespace gpu_test

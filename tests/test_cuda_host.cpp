@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host side of the CUDA path, compiled by the host compiler and run everywhere: what happens
+// without a GPU, the device communicators' bookkeeping, and (where a GPU is) a real exchange
+// between the ranks of run_local_cuda. The kernels themselves are tested in tests/gpu.
+#include <doctest/doctest.h>
+
+#if QSDP_TEST_CUDA_RUNTIME
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <qsdp/cuda_local.hpp>
+#if QSDP_TEST_NCCL
+#include <qsdp/nccl.hpp>
+#endif
+
+namespace {
+
+std::string error_of(auto&& body) {
+  try {
+    body();
+  } catch (const qsdp::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("run_local_cuda fails with a qsdp::error naming the CUDA call where no GPU is usable") {
+  if (qsdp::detail::cuda::device_available()) {
+    // Two ranks swap 4 KiB through the device-to-device exchange, ordered by events, no host sync.
+    std::vector<std::vector<unsigned char>> got(2);
+    qsdp::run_local_cuda(2, [&](qsdp::cuda_local_communicator& comm) {
+      const std::size_t n = 4096;
+      std::vector<unsigned char> mine(n, static_cast<unsigned char>(0x10 + comm.rank()));
+      void* d = nullptr;
+      REQUIRE(cudaMalloc(&d, 3 * n) == cudaSuccess);
+      auto* bytes = static_cast<std::byte*>(d);
+      REQUIRE(cudaMemcpyAsync(bytes, mine.data(), n, cudaMemcpyHostToDevice, comm.stream()) ==
+              cudaSuccess);
+      comm.all_gather_bytes(bytes, bytes + n, n, comm.stream());
+      got[static_cast<std::size_t>(comm.rank())].resize(2 * n);
+      REQUIRE(cudaMemcpyAsync(got[static_cast<std::size_t>(comm.rank())].data(), bytes + n, 2 * n,
+                              cudaMemcpyDeviceToHost, comm.stream()) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(comm.stream()) == cudaSuccess);
+      REQUIRE(cudaFree(d) == cudaSuccess);
+    });
+    for (const auto& g : got) {
+      CHECK(g[0] == 0x10);
+      CHECK(g[4096] == 0x11);
+    }
+    return;
+  }
+  const std::string m =
+      error_of([] { qsdp::run_local_cuda(2, [](qsdp::cuda_local_communicator&) {}); });
+  CHECK(m.find("qsdp::run_local_cuda: cudaGetDevice failed: cuda") != std::string::npos);
+  CHECK(error_of([] { qsdp::run_local_cuda(0, [](qsdp::cuda_local_communicator&) {}); }) ==
+        "qsdp::run_local_cuda: world is 0; expected >= 1");
+}
+
+TEST_CASE(
+    "device_state remembers agreed call signatures, forgetting the oldest past its capacity") {
+  qsdp::device_state state;
+  unsigned char d[64] = {};
+  CHECK_FALSE(state.agreed(d));
+  state.remember(d);
+  CHECK(state.agreed(d));
+  for (std::size_t i = 1; i <= qsdp::device_state::capacity; ++i) {
+    unsigned char other[64] = {};
+    std::memcpy(other, &i, sizeof i);
+    state.remember(other);
+  }
+  CHECK_FALSE(state.agreed(d));  // the first one was pushed out by 64 newer ones
+  unsigned char last[64] = {};
+  const std::size_t newest = qsdp::device_state::capacity;
+  std::memcpy(last, &newest, sizeof newest);
+  CHECK(state.agreed(last));
+}
+
+TEST_CASE("a failure channel with nothing reported polls quietly") {
+  qsdp::detail::cuda::failure_channel channel;
+  CHECK_NOTHROW(channel.poll("test"));
+}
+
+#if QSDP_TEST_NCCL
+TEST_CASE("nccl_communicator refuses a null communicator") {
+  CHECK(error_of([] { qsdp::nccl_communicator comm(nullptr); }) ==
+        "qsdp::nccl_communicator: comm is null; expected an initialised ncclComm_t");
+}
+#endif
+
+#endif  // QSDP_TEST_CUDA_RUNTIME
