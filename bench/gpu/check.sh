@@ -38,7 +38,8 @@ if ! ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
 fi
 prefix=()
 if [[ -d .deps/usr ]]; then
-  prefix=(-DCMAKE_PREFIX_PATH="${PWD}/.deps/usr")
+  prefix=(-DCMAKE_PREFIX_PATH="${PWD}/.deps/usr" -Ddoctest_DIR="${PWD}/.deps/usr/lib/cmake/doctest"
+    -Dbenchmark_DIR="${PWD}/.deps/usr/lib/x86_64-linux-gnu/cmake/benchmark")
   export LD_LIBRARY_PATH="${PWD}/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 generator=()

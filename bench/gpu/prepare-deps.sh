@@ -28,7 +28,9 @@ sed -i 's|^set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${C
 for f in "${deps}"/lib/x86_64-linux-gnu/cmake/benchmark/*.cmake; do
   sed -i 's|^set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../../.." ABSOLUTE)|' "$f"
 done
-if grep -rn '"/usr' "${deps}/lib" --include='*.cmake'; then
+# (benchmarkConfig.cmake's own "/usr" applies only when loaded from /usr itself; what matters is that
+# no imported target still points there.)
+if grep -rn 'set(_IMPORT_PREFIX "/usr")\|"/usr/include\|"/usr/lib/x86_64-linux-gnu/lib' "${deps}/lib" --include='*.cmake'; then
   echo "prepare-deps: absolute /usr paths left in the copied CMake files (above)" >&2
   exit 1
 fi

@@ -18,7 +18,10 @@
 
 #include <cuda_runtime.h>
 
+#if !defined( \
+    QSDP_SIMT_EMULATION)  // tests/simt runs these kernels on the host with its own stand-in
 #include <cub/warp/warp_reduce.cuh>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +31,14 @@
 #include "../format.hpp"
 #include "../group_codec.hpp"
 #include "runtime.hpp"
+
+// Unrolling hints for nvcc; nothing for a host compiler (tests/simt compiles these kernels with
+// one).
+#if defined(__CUDACC__)
+#define QSDP_UNROLL _Pragma("unroll")
+#else
+#define QSDP_UNROLL
+#endif
 
 namespace qsdp::detail::cuda {
 
@@ -121,7 +132,7 @@ __device__ QSDP_FORCE_INLINE void load_group_aligned(const T* p, float* v) {
     static_assert(sizeof(T) == 2, "16-bit elements");
     const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
     const unsigned int words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
+    QSDP_UNROLL
     for (int k = 0; k < 4; ++k) {
       T lo, hi;
       const auto l16 = static_cast<std::uint16_t>(words[k]),
@@ -200,7 +211,7 @@ __global__ void __launch_bounds__(fast_encode_block)
       for (unsigned k = 0; k < n; ++k) v[k] = load_value(src, first + k);
     }
     partial_stats p;
-#pragma unroll
+    QSDP_UNROLL
     for (unsigned k = 0; k < group_values; ++k)
       if (k < n) p.add(v[k]);
     // Every thread of the block takes part in the reduction (inactive ones with empty statistics).
@@ -362,7 +373,7 @@ __device__ QSDP_FORCE_INLINE unsigned decode_one(const Q& q, const std::byte* pa
   const meta_type m = load_meta<meta_type>(packet, l, b);
   const std::uint64_t word =
       load_codes<B>(packet + l.codes_offset + g * B, group_bytes(B, g, l.code_bytes));
-#pragma unroll
+  QSDP_UNROLL
   for (unsigned k = 0; k < group_values; ++k) v[k] = q.decode(code_at<B>(word, k), m);
   return n;
 }

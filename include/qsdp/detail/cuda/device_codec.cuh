@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "../../quantizers.hpp"
 #include "../format.hpp"
@@ -33,12 +34,40 @@ consteval void require_device_element() {
       "qsdp's CUDA path takes float, __half or __nv_bfloat16 device buffers");
 }
 
+/// Launches kernel<<<grid, block, 0, stream>>>(args...) and turns a launch failure into a
+/// qsdp::error. (tests/simt defines QSDP_SIMT_EMULATION to run the same kernels on the host, block
+/// by block, with a grid of at most three blocks so that the grid-stride loops are exercised too.)
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream,
+            const char* name, const char* where, Args&&... args) {
+#if defined(QSDP_SIMT_EMULATION)
+  (void)stream;
+  (void)name;
+  (void)where;
+  ::qsdp_simt::launch(kernel, grid < 3 ? grid : 3, block, std::forward<Args>(args)...);
+#else
+  // clang-format 14 would split the triple chevrons.
+  // clang-format off
+  kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+  // clang-format on
+  check_launch(name, where);
+#endif
+}
+
 /// log2 of the bucket size when it is a power of two in [lo, hi], else -1.
 inline int pow2_log(std::size_t bucket, std::size_t lo, std::size_t hi) {
   if (bucket < lo || bucket > hi || (bucket & (bucket - 1)) != 0) return -1;
   int log = 0;
   while ((std::size_t{1} << log) < bucket) ++log;
   return log;
+}
+
+/// What a device decoder of `count` values of T with policy q expects in a header.
+template <class Q, class T>
+header_expectation device_expectation(const Q& q, std::size_t count) {
+  header_expectation want = expectation_for(q, count, static_cast<int>(element_traits<T>::tag));
+  if constexpr (is_identity<Q>) want.bits = static_cast<std::uint8_t>(8 * sizeof(T));
+  return want;
 }
 
 /// Encodes count values at src (device) into the packet (device), stream-ordered.
@@ -52,9 +81,8 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
   const std::size_t code_end = l.codes_offset + l.code_bytes;
   const std::size_t frame_bytes =
       sizeof(packet_header) + (l.codes_offset - meta_end) + (l.total - code_end);
-  write_frame_kernel<><<<grid_for(frame_bytes, codec_block), codec_block, 0, stream>>>(
-      packet, h, meta_end, l.codes_offset, code_end, l.total);
-  check_launch("write_frame_kernel", where);
+  launch(write_frame_kernel<>, grid_for(frame_bytes, codec_block), codec_block, stream,
+         "write_frame_kernel", where, packet, h, meta_end, l.codes_offset, code_end, l.total);
   if (count == 0) return;
   if constexpr (is_identity<Q>) {
     check(cudaMemcpyAsync(packet + l.codes_offset, src, count * sizeof(T), cudaMemcpyDeviceToDevice,
@@ -64,16 +92,14 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
     const std::uint64_t groups = (count + group_values - 1) / group_values;
     const int log2_bucket = pow2_log(q.bucket_size, 64, 4096);
     if (log2_bucket >= 0 && aligned16(src) && aligned16(packet)) {
-      encode_buckets_kernel<<<grid_for(groups, fast_encode_block), fast_encode_block, 0, stream>>>(
-          q, src, count, packet, l, key, static_cast<unsigned>(log2_bucket));
-      check_launch("encode_buckets_kernel", where);
+      launch(encode_buckets_kernel<Q, T>, grid_for(groups, fast_encode_block), fast_encode_block,
+             stream, "encode_buckets_kernel", where, q, src, count, packet, l, key,
+             static_cast<unsigned>(log2_bucket));
     } else {
-      bucket_meta_kernel<<<grid_for(l.buckets, codec_block / 32), codec_block, 0, stream>>>(
-          q, src, count, packet, l, key);
-      check_launch("bucket_meta_kernel", where);
-      encode_groups_kernel<<<grid_for(groups, codec_block), codec_block, 0, stream>>>(
-          q, src, count, packet, l, key);
-      check_launch("encode_groups_kernel", where);
+      launch(bucket_meta_kernel<Q, T>, grid_for(l.buckets, codec_block / 32), codec_block, stream,
+             "bucket_meta_kernel", where, q, src, count, packet, l, key);
+      launch(encode_groups_kernel<Q, T>, grid_for(groups, codec_block), codec_block, stream,
+             "encode_groups_kernel", where, q, src, count, packet, l, key);
     }
   }
 }
@@ -94,10 +120,9 @@ void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_byte
     log2_bucket = pow2_log(q.bucket_size, group_values, std::size_t{1} << 62);
   }
   const std::uint64_t groups = (count + group_values - 1) / group_values;
-  decode_kernel<<<grid_for(groups, codec_block), codec_block, 0, stream>>>(
-      q, packets, packet_bytes, packet_count, first_index, count, l, want, log2_bucket,
-      aligned16(packets), failure, sink);
-  check_launch("decode_kernel", where);
+  launch(decode_kernel<Q, Sink>, grid_for(groups, codec_block), codec_block, stream,
+         "decode_kernel", where, q, packets, packet_bytes, packet_count, first_index, count, l,
+         want, log2_bucket, aligned16(packets), failure, sink);
 }
 
 /// The failure channel of the plain device codec calls, one per device (collectives use their
@@ -172,11 +197,9 @@ void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst, cuda
       throw qsdp::error(std::string(where) + ": dst is null with count " + std::to_string(count));
     detail::cuda::require_device_pointer(dst, "dst", device, where);
   }
-  detail::header_expectation want =
-      detail::expectation_for(q, count, static_cast<int>(detail::element_traits<T>::tag));
-  if constexpr (detail::is_identity<Q>) want.bits = static_cast<std::uint8_t>(8 * sizeof(T));
   detail::cuda::launch_decode(
-      q, packet, 0, 1, count, want, 0, detail::cuda::codec_failures(device).device_record(where),
+      q, packet, 0, 1, count, detail::cuda::device_expectation<Q, T>(q, count), 0,
+      detail::cuda::codec_failures(device).device_record(where),
       detail::cuda::store_sink<T>{dst, detail::cuda::aligned16(dst)}, stream, where);
 }
 

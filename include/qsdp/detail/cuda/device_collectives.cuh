@@ -86,13 +86,6 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
   state.remember(&mine);
 }
 
-template <class Q, class T>
-header_expectation device_expectation(const Q& q, std::size_t count) {
-  header_expectation want = expectation_for(q, count, static_cast<int>(element_traits<T>::tag));
-  if constexpr (is_identity<Q>) want.bits = static_cast<std::uint8_t>(8 * sizeof(T));
-  return want;
-}
-
 /// all_gather's body: `packets` holds (world + 1) packets of device scratch.
 template <class Comm, class Q, class T>
 void all_gather_packets(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,

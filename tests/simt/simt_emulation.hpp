@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Runs qsdp's CUDA kernels on the host, so that their indexing, shuffles, shared memory, barriers
+// and grid-stride loops are executed and checked on machines without a GPU (CI has none). Include
+// it before any qsdp header, in a translation unit compiled by the host compiler with
+// QSDP_SIMT_EMULATION defined.
+//
+// Model: blocks run one after another; the threads of a block are std::threads. __syncthreads is a
+// barrier of the block, warp shuffles and __syncwarp a barrier of the warp's 32 threads; a thread
+// that returns drops out of both, as an exited thread does on the GPU. __shared__ variables become
+// function statics: one copy, which is right because only one block runs at a time. Atomics are
+// std::atomic_ref. What it cannot show: timing, memory-model subtleties between blocks, and bank
+// conflicts.
+#pragma once
+
+#if !defined(QSDP_SIMT_EMULATION)
+#error "define QSDP_SIMT_EMULATION before including simt_emulation.hpp"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <barrier>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace qsdp_simt {
+
+struct block_state {
+  explicit block_state(unsigned threads) : block(static_cast<std::ptrdiff_t>(threads)) {
+    for (unsigned w = 0; w < threads / 32; ++w)
+      warps.push_back(std::make_unique<std::barrier<>>(32));
+    slots.resize(threads);
+    flags.resize(threads);
+  }
+  std::barrier<> block;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<std::uint64_t> slots;  // shuffle exchange, one per thread
+  std::vector<int> flags;            // __syncthreads_and
+};
+
+inline block_state* current = nullptr;  // the block running now (blocks run one at a time)
+inline thread_local uint3 thread_index{};
+inline thread_local uint3 block_index{};
+inline thread_local dim3 block_dim{};
+inline thread_local dim3 grid_dim{};
+
+inline std::barrier<>& warp_barrier() { return *current->warps[thread_index.x / 32]; }
+
+inline void syncthreads() { current->block.arrive_and_wait(); }
+
+inline int syncthreads_and(int predicate) {
+  current->flags[thread_index.x] = predicate != 0;
+  current->block.arrive_and_wait();
+  int all = 1;
+  for (unsigned t = 0; t < block_dim.x; ++t) all &= current->flags[t];
+  current->block.arrive_and_wait();
+  return all;
+}
+
+inline void syncwarp(unsigned = 0xFFFFFFFFu) { warp_barrier().arrive_and_wait(); }
+
+template <class T>
+T shfl_xor(unsigned, T value, unsigned offset) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof value);
+  current->slots[thread_index.x] = bits;
+  warp_barrier().arrive_and_wait();
+  const std::uint64_t theirs = current->slots[thread_index.x ^ offset];
+  warp_barrier().arrive_and_wait();
+  T out;
+  std::memcpy(&out, &theirs, sizeof out);
+  return out;
+}
+
+template <class T>
+T ldg(const T* p) {
+  return *p;
+}
+
+inline unsigned atomic_or(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_or(v);
+}
+inline unsigned atomic_cas(unsigned* p, unsigned expected, unsigned desired) {
+  std::atomic_ref<unsigned>(*p).compare_exchange_strong(expected, desired);
+  return expected;
+}
+inline unsigned atomic_exch(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).exchange(v);
+}
+inline void threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+/// Runs kernel(args...) on `grid` blocks of `threads` threads, block after block.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), unsigned grid, unsigned threads, Args&&... args) {
+  for (unsigned b = 0; b < grid; ++b) {
+    block_state state(threads);
+    current = &state;
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        thread_index = {t, 0, 0};
+        block_index = {b, 0, 0};
+        block_dim = dim3(threads);
+        grid_dim = dim3(grid);
+        kernel(args...);
+        // An exited thread no longer holds up its block's or its warp's barriers.
+        warp_barrier().arrive_and_drop();
+        state.block.arrive_and_drop();
+      });
+    for (auto& t : pool) t.join();
+    current = nullptr;
+  }
+}
+
+}  // namespace qsdp_simt
+
+#undef __shared__
+#define __shared__ static
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#define threadIdx (::qsdp_simt::thread_index)
+#define blockIdx (::qsdp_simt::block_index)
+#define blockDim (::qsdp_simt::block_dim)
+#define gridDim (::qsdp_simt::grid_dim)
+#define __syncthreads ::qsdp_simt::syncthreads
+#define __syncthreads_and ::qsdp_simt::syncthreads_and
+#define __syncwarp ::qsdp_simt::syncwarp
+#define __shfl_xor_sync ::qsdp_simt::shfl_xor
+#define __ldg ::qsdp_simt::ldg
+#define atomicOr ::qsdp_simt::atomic_or
+#define atomicCAS ::qsdp_simt::atomic_cas
+#define atomicExch ::qsdp_simt::atomic_exch
+#define __threadfence_system ::qsdp_simt::threadfence_system
+
+// cub::WarpReduce as the kernels use it: Reduce(value, op), result valid in lane 0.
+namespace cub {
+template <class T>
+class WarpReduce {
+ public:
+  struct TempStorage {};
+  explicit WarpReduce(TempStorage&) {}
+  template <class Op>
+  T Reduce(T value, Op op) {
+    static std::vector<T> lanes(1024);  // indexed by thread; one block at a time
+    lanes[threadIdx.x] = value;
+    __syncwarp();
+    T result = value;
+    if (threadIdx.x % 32 == 0) {
+      for (unsigned lane = 1; lane < 32; ++lane) result = op(result, lanes[threadIdx.x + lane]);
+    }
+    __syncwarp();
+    return result;
+  }
+};
+}  // namespace cub

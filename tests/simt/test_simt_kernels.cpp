@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// qsdp's CUDA kernels, executed on the host by tests/simt/simt_emulation.hpp (threads of a block as
+// std::threads, warps with their own barriers, at most three blocks so that grid-stride loops
+// wrap): the packets they write must be the host codec's byte for byte, and their decodes the
+// host's values bit for bit. This runs the kernels' own code - thread/bucket mapping, shuffles,
+// shared memory, barriers, vector loads and stores, flags and tails - on every build, without a
+// GPU.
+#define QSDP_SIMT_EMULATION 1
+#include "simt_emulation.hpp"  // first: it redefines the CUDA built-ins the kernels use
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <qsdp/codec.hpp>
+#include <qsdp/detail/cuda/device_codec.cuh>
+
+#include "../test_support.hpp"
+
+namespace {
+
+namespace cuda = qsdp::detail::cuda;
+
+/// A "device" buffer: host memory at a chosen byte offset from a 256-byte aligned base, pre-filled
+/// with garbage so that every byte a kernel must write is checked.
+struct buffer {
+  std::vector<unsigned char> storage;
+  std::size_t offset;
+  buffer(std::size_t bytes, std::size_t off) : storage(bytes + off + 512, 0xCD), offset(off) {}
+  std::byte* get() {
+    auto base = reinterpret_cast<std::uintptr_t>(storage.data());
+    return reinterpret_cast<std::byte*>(storage.data()) + (256 - base % 256) % 256 + offset;
+  }
+};
+
+template <class T>
+bool same_value(T a, T b) {
+  const float fa = qsdp_test::to_f(a), fb = qsdp_test::to_f(b);
+  if (std::isnan(fa) || std::isnan(fb)) return std::isnan(fa) && std::isnan(fb);
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <class Q, class T>
+void check(const Q& q, std::size_t count, std::size_t src_offset, std::size_t packet_offset,
+           bool non_finite) {
+  std::vector<float> values = qsdp_test::make_data(qsdp_test::distribution::mixed_scale, count, 21);
+  if (non_finite && count > 10) {
+    values[count / 3] = NAN;
+    values[count - 1] = INFINITY;
+  }
+  const std::vector<T> x = qsdp_test::convert<T>(values);
+  const qsdp::rng_position position{.call = 4, .stream = 6};
+  const qsdp::detail::rng_key key{qsdp::detail::seed_of(q), position.call, position.stream};
+  const std::size_t bytes = qsdp::compressed_size<T>(q, count);
+  std::vector<std::byte> expected(bytes);
+  qsdp::encode(q, x.data(), count, expected.data(), position);
+
+  buffer src(count * sizeof(T), src_offset), packet(bytes, packet_offset);
+  if (count) std::memcpy(src.get(), x.data(), count * sizeof(T));
+  cuda::launch_encode(q, reinterpret_cast<const T*>(src.get()), count, packet.get(), key,
+                      cudaStream_t{}, "simt");
+  INFO(qsdp::policy_name<Q>() << "<" << Q::bits << "> bucket " << q.bucket_size << " count "
+                              << count << " offsets " << src_offset << "/" << packet_offset);
+  const auto* got = packet.get();
+  std::size_t first_difference = bytes;
+  for (std::size_t i = 0; i < bytes; ++i)
+    if (got[i] != expected[i]) {
+      first_difference = i;
+      break;
+    }
+  INFO("first differing byte " << first_difference << " of " << bytes);
+  CHECK(first_difference == bytes);
+
+  // Decode the host's packet with the decode kernel, into T at the source's offset.
+  buffer in(bytes, packet_offset), out(count * sizeof(T), src_offset);
+  std::memcpy(in.get(), expected.data(), bytes);
+  cuda::device_failure failure{};
+  const qsdp::detail::header_expectation want = cuda::device_expectation<Q, T>(q, count);
+  T* dst = reinterpret_cast<T*>(out.get());
+  cuda::launch_decode(q, in.get(), 0, 1, count, want, 0, &failure,
+                      cuda::store_sink<T>{dst, cuda::aligned16(dst)}, cudaStream_t{}, "simt");
+  std::vector<T> reference(count), decoded(count);
+  qsdp::decode(q, expected.data(), count, reference.data());
+  if (count) std::memcpy(decoded.data(), dst, count * sizeof(T));
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < count; ++i) differing += !same_value(reference[i], decoded[i]);
+  CHECK(differing == 0);
+  CHECK(failure.ready == 0);
+}
+
+/// Reduce-scatter's fused decode over `world` packets against the host's decode_accumulate + avg.
+template <class Q, class T>
+void check_reduce(const Q& q, std::size_t count, int world) {
+  const std::size_t bytes = qsdp::compressed_size<T>(q, count);
+  buffer packets(bytes * static_cast<std::size_t>(world), 0);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<T> x = qsdp_test::convert<T>(qsdp_test::make_data(
+        qsdp_test::distribution::normal, count, 50 + static_cast<std::uint32_t>(r)));
+    qsdp::encode(q, x.data(), count, packets.get() + static_cast<std::size_t>(r) * bytes,
+                 qsdp::rng_position{.call = 2, .stream = static_cast<std::uint32_t>(r)});
+  }
+  std::vector<float> acc(count, 0.0f);
+  qsdp::decode_accumulate(q, packets.get(), static_cast<std::size_t>(world), count, acc.data());
+  buffer out(count * sizeof(T), 0);
+  cuda::device_failure failure{};
+  T* dst = reinterpret_cast<T*>(out.get());
+  cuda::launch_decode(q, packets.get(), bytes, static_cast<unsigned>(world), count,
+                      cuda::device_expectation<Q, T>(q, count), 0, &failure,
+                      cuda::reduce_sink<T>{dst, true, true, static_cast<float>(world)},
+                      cudaStream_t{}, "simt");
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const T want = qsdp::detail::element_traits<T>::from_float(acc[i] / static_cast<float>(world));
+    differing += !same_value(want, dst[i]);
+  }
+  INFO(qsdp::policy_name<Q>() << " count " << count << " world " << world);
+  CHECK(differing == 0);
+  CHECK(failure.ready == 0);
+}
+
+template <class Q>
+void sweep(Q q) {
+  for (const std::size_t bucket : {64u, 1024u, 4096u}) {  // the one-pass kernel (aligned)
+    q.bucket_size = bucket;
+    for (const std::size_t count : {0u, 1u, 4097u, 14000u}) {
+      check<Q, float>(q, count, 0, 0, count > 100);
+      check<Q, __nv_bfloat16>(q, count, 0, 0, false);
+    }
+  }
+  q.bucket_size = 100;  // the general kernels
+  check<Q, float>(q, 5003, 0, 0, true);
+  check<Q, __half>(q, 777, 2, 0, false);
+  q.bucket_size = 1024;  // aligned bucket, unaligned pointers: general kernels too
+  check<Q, __nv_bfloat16>(q, 9001, 2, 4, true);
+}
+
+}  // namespace
+
+TEST_CASE("emulated kernels: uniform<8> writes the host's packets") { sweep(qsdp::uniform<8>{}); }
+
+TEST_CASE("emulated kernels: uniform<4> writes the host's packets") { sweep(qsdp::uniform<4>{}); }
+
+TEST_CASE("emulated kernels: uniform<3> and uniform<1> write the host's packets") {
+  sweep(qsdp::uniform<3>{});
+  sweep(qsdp::uniform<1>{});
+}
+
+TEST_CASE("emulated kernels: stochastic<8> and stochastic<5> write the host's packets") {
+  sweep(qsdp::stochastic<8>{});
+  sweep(qsdp::stochastic<5>{});
+}
+
+TEST_CASE("emulated kernels: symmetric<2> and random_shift<7> write the host's packets") {
+  sweep(qsdp::symmetric<2>{});
+  sweep(qsdp::random_shift<7>{});
+}
+
+TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host") {
+  check_reduce<qsdp::stochastic<8>, __nv_bfloat16>(qsdp::stochastic<8>{}, 20000, 4);
+  check_reduce<qsdp::uniform<4>, float>(qsdp::uniform<4>{.bucket_size = 100}, 3001, 3);
+}
+
+TEST_CASE("emulated kernels: a bad header is reported once and its values become NaN") {
+  const qsdp::uniform<8> q;
+  const std::size_t count = 5000;
+  std::vector<float> x = qsdp_test::make_data(qsdp_test::distribution::normal, count, 3);
+  std::vector<std::byte> packet(qsdp::compressed_size<float>(q, count));
+  qsdp::encode(q, x.data(), count, packet.data(), qsdp::rng_position{});
+  packet[7] = std::byte{5};  // bits
+  std::vector<float> out(count, 0.0f);
+  cuda::device_failure failure{};
+  cuda::launch_decode(q, packet.data(), 0, 1, count,
+                      cuda::device_expectation<qsdp::uniform<8>, float>(q, count), 3, &failure,
+                      cuda::store_sink<float>{out.data(), false}, cudaStream_t{}, "simt");
+  CHECK(failure.ready == 1);
+  CHECK(failure.packet == 3);
+  CHECK(failure.seen.bits == 5);
+  CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
+}
