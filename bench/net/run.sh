@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Runs qsdp-bench (or any MPI program) with one rank per network namespace, the namespaces joined by a
+# bridge through veth pairs whose namespace ends are shaped with tc: a real TCP network of a given
+# rate and delay, entirely inside this machine. Everything it creates is removed on exit, on error and
+# on Ctrl-C.
+#
+#   sudo bench/net/run.sh [--ranks 4] [--rate 1gbit] [--delay 0ms] [--subnet 10.77.0]
+#                         [--bench build/release/bench/qsdp-bench] -- [qsdp-bench arguments]
+#
+# The ranks reach each other only through the shaped links (OpenMPI: btl tcp,self and
+# btl_tcp_if_include / oob_tcp_if_include set to the subnet); mpirun itself runs in the calling
+# namespace on the bridge's address and starts each rank's daemon through `ip netns exec`
+# (plm_rsh_agent = bench/net/netns-agent.sh). Needs root (CAP_NET_ADMIN), iproute2 and tc; where it
+# cannot create namespaces it says why and exits with 77 (ctest: skipped), 2 for bad arguments, else
+# the benchmark's own exit status.
+set -euo pipefail
+
+ranks=4
+rate=1gbit
+delay=0ms
+subnet=10.77.0
+bench=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) ranks="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --delay) delay="$2"; shift 2 ;;
+    --subnet) subnet="$2"; shift 2 ;;
+    --bench) bench="$2"; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "bench/net/run.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "${here}/../.." && pwd)"
+[[ -n "${bench}" ]] || bench="${root}/build/release/bench/qsdp-bench"
+
+die() { echo "bench/net/run.sh: $*" >&2; exit 2; }
+cannot() { echo "bench/net/run.sh: cannot run here: $*" >&2; exit 77; }
+[[ "${ranks}" =~ ^[0-9]+$ && "${ranks}" -ge 2 && "${ranks}" -le 200 ]] || die "--ranks ${ranks}: expected 2..200"
+[[ "${subnet}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet ${subnet}: expected three octets, e.g. 10.77.0"
+[[ -x "${bench}" ]] || die "${bench} is not an executable (build it: cmake --build --preset release --target qsdp-bench)"
+[[ "$(id -u)" -eq 0 ]] || cannot "needs root to create network namespaces and shape links (run it with sudo)"
+command -v ip >/dev/null && command -v tc >/dev/null || cannot "needs ip and tc (Debian: apt-get install iproute2)"
+command -v mpirun >/dev/null || cannot "needs mpirun (Debian: apt-get install openmpi-bin)"
+
+tag="qn$$"  # unique per run: names never clash with another run's
+bridge="${tag}br"
+ns_name() { echo "${tag}n$1"; }
+created_ns=()
+cleanup() {
+  set +e
+  for ns in "${created_ns[@]}"; do ip netns del "${ns}" 2>/dev/null; done
+  ip link del "${bridge}" 2>/dev/null
+  for ((i = 0; i < ranks; ++i)); do ip link del "${tag}v${i}" 2>/dev/null; done
+  rm -f "${hostfile:-}" "${agentmap:-}"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "${tag}probe" 2>/dev/null || cannot "'ip netns add' failed (no CAP_NET_ADMIN in this container?)"
+ip netns del "${tag}probe"
+
+ip link add "${bridge}" type bridge 2>/dev/null || cannot "'ip link add ... type bridge' failed"
+ip addr add "${subnet}.254/24" dev "${bridge}"
+ip link set "${bridge}" up
+
+hostfile="$(mktemp)"
+agentmap="$(mktemp)"
+rate_bits=$(numfmt --from=si "$(tr 'kmgt' 'KMGT' <<<"${rate%bit}")") ||
+  die "--rate ${rate}: expected a rate such as 1gbit, 10gbit or 500mbit"
+burst=$((rate_bits / 8 / 250))  # 4 ms of traffic at the rate
+(( burst < 65536 )) && burst=65536
+for ((i = 0; i < ranks; ++i)); do
+  ns="$(ns_name "${i}")"
+  ip netns add "${ns}"
+  created_ns+=("${ns}")
+  ip link add "${tag}v${i}" type veth peer name eth0 netns "${ns}"
+  ip link set "${tag}v${i}" master "${bridge}" up
+  ip netns exec "${ns}" ip addr add "${subnet}.$((i + 1))/24" dev eth0
+  ip netns exec "${ns}" ip link set eth0 up
+  ip netns exec "${ns}" ip link set lo up
+  # Egress of each rank: optional delay (netem), then the rate (tbf).
+  if [[ "${delay}" != "0ms" && "${delay}" != "0" ]]; then
+    ip netns exec "${ns}" tc qdisc add dev eth0 root handle 1: netem delay "${delay}" limit 100000
+    ip netns exec "${ns}" tc qdisc add dev eth0 parent 1: handle 2: tbf rate "${rate}" burst "${burst}" latency 100ms
+  else
+    ip netns exec "${ns}" tc qdisc add dev eth0 root tbf rate "${rate}" burst "${burst}" latency 100ms ||
+      cannot "tc could not shape the link (no sch_tbf in this kernel?)"
+  fi
+  echo "${subnet}.$((i + 1)) slots=1" >>"${hostfile}"
+  echo "${subnet}.$((i + 1)) ${ns}" >>"${agentmap}"
+done
+echo "bench/net/run.sh: ${ranks} namespaces on ${bridge}, links ${rate}, delay ${delay}, subnet ${subnet}.0/24" >&2
+
+export QSDP_NETNS_MAP="${agentmap}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+timeout "${QSDP_NET_TIMEOUT:-3600}" mpirun -n "${ranks}" --hostfile "${hostfile}" --map-by node \
+  --mca plm_rsh_agent "${here}/netns-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+  --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "${subnet}.0/24" \
+  --mca oob_tcp_if_include "${subnet}.0/24" -x QSDP_NETNS_MAP \
+  "${bench}" --backend mpi "$@"
