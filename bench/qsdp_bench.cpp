@@ -25,6 +25,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -54,6 +55,12 @@ struct options {
   std::string backend = "local";
   int ranks = 4;
   std::string json;
+  // --model: predict instead of measure (alpha-beta network, codec timed here or given).
+  bool model = false;
+  double link_gbps = 0;       // per-rank link rate, Gbit/s
+  double latency_us = 0;      // per message
+  double codec_gbps = 0;      // codec throughput (bytes read + written per second / 1e9); 0: measure
+  int codec_threads = 0;      // threads sharing the CPU while the codec is timed (0: --ranks)
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -99,7 +106,12 @@ const char* help_text =
     "  --dtype float|bf16|half                        (default float)\n"
     "  --backend local|mpi    in-process ranks (threads) or MPI processes (default local)\n"
     "  --ranks N              ranks of the local backend (default 4)\n"
-    "  --json FILE            also write every row as JSON\n";
+    "  --json FILE            also write every row as JSON\n"
+    "  --model                predict the times instead (alpha-beta): needs --link-gbps; --ranks is n\n"
+    "  --link-gbps G          per-rank link rate in Gbit/s (model)\n"
+    "  --latency-us A         per-message latency in microseconds (model, default 0)\n"
+    "  --codec-gbps C         codec throughput, bytes read + written per s / 1e9 (model; default: timed\n"
+    "                         here with --codec-threads threads busy at once, default --ranks)\n";
 
 options parse(int argc, char** argv) {
   options o;
@@ -108,6 +120,10 @@ options parse(int argc, char** argv) {
     if (flag == "-h" || flag == "--help") {
       std::fputs(help_text, stdout);
       std::exit(0);
+    }
+    if (flag == "--model") {
+      o.model = true;
+      continue;
     }
     if (i + 1 >= argc) usage_error(flag + " needs a value");
     const std::string value = argv[++i];
@@ -131,6 +147,10 @@ options parse(int argc, char** argv) {
     else if (flag == "--backend") o.backend = value;
     else if (flag == "--ranks") o.ranks = parse_int(value, "--ranks", 1, 1024);
     else if (flag == "--json") o.json = value;
+    else if (flag == "--link-gbps") o.link_gbps = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--latency-us") o.latency_us = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--codec-gbps") o.codec_gbps = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--codec-threads") o.codec_threads = parse_int(value, "--codec-threads", 1, 1024);
     else usage_error("unknown option " + flag);
   }
   if (o.min_bytes > o.max_bytes)
@@ -141,6 +161,8 @@ options parse(int argc, char** argv) {
     usage_error("--backend " + o.backend + ": expected local or mpi" +
                 (o.backend == "nccl" ? " (the NCCL backend comes with the CUDA build of qsdp-bench)" : ""));
   if (o.quantizer == "random_shift" && o.bits < 2) usage_error("--bits 1: random_shift needs 2..8");
+  if (o.model && !(o.link_gbps > 0)) usage_error("--model needs --link-gbps > 0 (the link rate to predict for)");
+  if (o.model && (o.latency_us < 0 || o.codec_gbps < 0)) usage_error("--latency-us and --codec-gbps must be >= 0");
   return o;
 }
 
@@ -279,8 +301,11 @@ const char* dtype_label(const std::string& d) { return d == "float" ? "float" : 
 
 void print_header(const options& o, const std::string& policy, int world) {
   std::printf("# qsdp-bench: op %s, quantizer %s, bucket %zu, dtype %s, backend %s, %d ranks\n", op_name(o.op),
-              policy.c_str(), o.bucket, o.dtype.c_str(), o.backend.c_str(), world);
-  std::printf("# iterations %d (after %d warm-up), each after a barrier; time = slowest rank, median over "
+              policy.c_str(), o.bucket, o.dtype.c_str(), o.model ? "model" : o.backend.c_str(), world);
+  if (o.model)
+    std::printf("# times predicted from the link and the codec; no error columns (nothing is exchanged)\n");
+  else
+    std::printf("# iterations %d (after %d warm-up), each after a barrier; time = slowest rank, median over "
               "iterations; plain = the uncompressed exchange on the same communicator\n",
               o.iterations, o.warmup);
   std::printf("#\n# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %9s | %11s %9s | %7s\n", "size", "count", "type",
@@ -349,6 +374,118 @@ void bind_common(runner<T>& r, Comm& comm) {
   };
 }
 
+// ---- --model: alpha-beta prediction -------------------------------------------------------------------
+// Every exchange is n - 1 messages per rank through the rank's own link (a ring or direct sends: each rank
+// sends and receives (n - 1) * bytes), so t_net(bytes) = (n - 1) * (alpha + bytes / beta). qsdp runs
+// codec and network one after the other (no overlap), and first exchanges a 64-byte descriptor:
+//   all_gather      plain: t_net(P)                        qsdp: t_net(64) + enc(c) + t_net(W) + n dec(c)
+//   reduce_scatter  plain: t_net(P) + (n - 1) sum(c)       qsdp: t_net(64) + n enc(c) + t_net(W) + acc(n, c)
+//   all_reduce      reduce_scatter of the buffer's shards, then all_gather of them
+// with P = c * sizeof(T), W the packet's bytes, and the codec times measured here on the same data
+// (median of 5, `codec_threads` threads encoding at once, since ranks of one machine share its cores),
+// or derived from --codec-gbps.
+struct codec_times {
+  double encode_s = 0, decode_s = 0, accumulate_s = 0, add_s = 0;  // per call, one chunk of c values
+};
+
+template <class T, class Q>
+codec_times time_codec(const options& o, const Q& q, std::size_t count, int ranks) {
+  codec_times t;
+  const std::size_t wire = qsdp::compressed_size<T>(q, count);
+  if (o.codec_gbps > 0) {
+    const double rate = o.codec_gbps * 1e9;
+    t.encode_s = static_cast<double>(count * sizeof(T) + wire) / rate;
+    t.decode_s = t.encode_s;
+    t.accumulate_s = static_cast<double>(wire + 2 * count * sizeof(float)) / rate;
+    t.add_s = static_cast<double>(3 * count * sizeof(float)) / rate;
+    return t;
+  }
+  const int threads = o.codec_threads > 0 ? o.codec_threads : ranks;
+  auto median_seconds = [&](auto&& body) {
+    std::vector<double> per_run;
+    for (int run = 0; run < 5; ++run) {
+      std::vector<double> each(static_cast<std::size_t>(threads));
+      std::vector<std::thread> pool;
+      for (int k = 0; k < threads; ++k)
+        pool.emplace_back([&, k] {
+          const auto start = std::chrono::steady_clock::now();
+          body(k);
+          each[static_cast<std::size_t>(k)] =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        });
+      for (auto& th : pool) th.join();
+      per_run.push_back(*std::max_element(each.begin(), each.end()));
+    }
+    return median(per_run);
+  };
+  std::vector<std::vector<T>> inputs;
+  std::vector<std::vector<std::byte>> packets;
+  std::vector<std::vector<T>> outputs;
+  std::vector<std::vector<float>> sums;
+  for (int k = 0; k < threads; ++k) {
+    inputs.push_back(make_input<T>(count, k, o.op));
+    packets.emplace_back(wire);
+    outputs.emplace_back(count);
+    sums.emplace_back(count, 0.0f);
+  }
+  t.encode_s = median_seconds([&](int k) {
+    qsdp::encode(q, inputs[static_cast<std::size_t>(k)].data(), count, packets[static_cast<std::size_t>(k)].data());
+  });
+  t.decode_s = median_seconds([&](int k) {
+    qsdp::decode(q, packets[static_cast<std::size_t>(k)].data(), count, outputs[static_cast<std::size_t>(k)].data());
+  });
+  t.accumulate_s = median_seconds([&](int k) {
+    qsdp::decode_accumulate(q, packets[static_cast<std::size_t>(k)].data(), count, sums[static_cast<std::size_t>(k)].data());
+  });
+  t.add_s = median_seconds([&](int k) {
+    auto& acc = sums[static_cast<std::size_t>(k)];
+    const auto& in = inputs[static_cast<std::size_t>(k)];
+    for (std::size_t i = 0; i < count; ++i) acc[i] += qsdp::detail::element_traits<T>::to_float(in[i]);
+  });
+  return t;
+}
+
+template <class T, class Q>
+std::vector<row> model_sweep(const options& o, const Q& q) {
+  const auto n = static_cast<std::size_t>(o.ranks);
+  const double alpha = o.latency_us * 1e-6, beta = o.link_gbps * 1e9 / 8;
+  auto net = [&](double bytes) { return static_cast<double>(n - 1) * (alpha + bytes / beta); };
+  std::vector<row> rows;
+  for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0000001;
+       size *= o.factor) {
+    const std::size_t bytes = static_cast<std::size_t>(size);
+    const std::size_t count = o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / n;
+    if (count == 0) continue;
+    row out;
+    out.count = count;
+    out.size = (o.op == op_kind::all_reduce ? count : count * n) * sizeof(T);
+    const std::size_t chunk = o.op == op_kind::all_reduce ? (count + n - 1) / n : count;
+    const codec_times c = time_codec<T>(o, q, chunk, o.ranks);
+    out.wire = qsdp::compressed_size<T>(q, chunk);
+    out.plain_wire = chunk * sizeof(T);
+    const double W = static_cast<double>(out.wire), P = static_cast<double>(out.plain_wire);
+    const double nd = static_cast<double>(n);
+    const double gather_q = net(64) + c.encode_s + net(W) + nd * c.decode_s;
+    const double gather_p = net(P);
+    const double scatter_q = net(64) + nd * c.encode_s + net(W) + nd * c.accumulate_s;
+    const double scatter_p = net(P) + (nd - 1) * c.add_s;
+    double tq = 0, tp = 0;
+    switch (o.op) {
+      case op_kind::all_gather: tq = gather_q, tp = gather_p; break;
+      case op_kind::reduce_scatter: tq = scatter_q, tp = scatter_p; break;
+      case op_kind::all_reduce: tq = scatter_q + gather_q, tp = scatter_p + gather_p; break;
+    }
+    const double factor = o.op == op_kind::all_reduce ? 2.0 * (nd - 1) / nd : (nd - 1) / nd;
+    out.time_us = tq * 1e6;
+    out.algbw = static_cast<double>(out.size) / tq / 1e9;
+    out.busbw = out.algbw * factor;
+    out.plain_time_us = tp * 1e6;
+    out.plain_busbw = static_cast<double>(out.size) / tp / 1e9 * factor;
+    rows.push_back(out);
+  }
+  return rows;
+}
+
 /// Runs the sweep for policy q and element type T on the chosen backend; rank 0 prints.
 template <class T, class Q>
 void run(const options& o, const Q& q, const std::string& policy) {
@@ -358,6 +495,14 @@ void run(const options& o, const Q& q, const std::string& policy) {
     for (const row& r : rows) print_row(r, o);
     if (!o.json.empty()) write_json(o.json, o, policy, world, rows);
   };
+  if (o.model) {
+    std::printf("# MODEL (predicted, not measured): links %.3g Gbit/s per rank, latency %.3g us, codec %s\n",
+                o.link_gbps, o.latency_us,
+                o.codec_gbps > 0 ? (std::to_string(o.codec_gbps) + " GB/s (given)").c_str()
+                                 : "timed on this machine");
+    report(0, o.ranks, model_sweep<T>(o, q));
+    return;
+  }
   if (o.backend == "local") {
     qsdp::run_local(o.ranks, [&](qsdp::local_communicator& comm) {
       runner<T> r;
