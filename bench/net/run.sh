@@ -96,7 +96,11 @@ echo "bench/net/run.sh: ${ranks} namespaces on ${bridge}, links ${rate}, delay $
 
 export QSDP_NETNS_MAP="${agentmap}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-timeout "${QSDP_NET_TIMEOUT:-3600}" mpirun -n "${ranks}" --hostfile "${hostfile}" --map-by node \
+# More ranks than cores: Open MPI's busy-polling ranks would starve each other's senders, so let them
+# yield while they wait.
+extra_mca=()
+if (( ranks > $(nproc) )); then extra_mca=(--mca mpi_yield_when_idle 1); fi
+timeout "${QSDP_NET_TIMEOUT:-3600}" mpirun -n "${ranks}" --hostfile "${hostfile}" --map-by node "${extra_mca[@]}" \
   --mca plm_rsh_agent "${here}/netns-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "${subnet}.0/24" \
   --mca oob_tcp_if_include "${subnet}.0/24" -x QSDP_NETNS_MAP \
