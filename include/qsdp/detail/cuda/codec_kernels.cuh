@@ -18,8 +18,8 @@
 
 #include <cuda_runtime.h>
 
-#if !defined( \
-    QSDP_SIMT_EMULATION)  // tests/simt runs these kernels on the host with its own stand-in
+// tests/simt runs these kernels on the host with its own stand-in for cub::WarpReduce.
+#if !defined(QSDP_SIMT_EMULATION)
 #include <cub/warp/warp_reduce.cuh>
 #endif
 

@@ -134,7 +134,10 @@ inline failure_channel& codec_failures(int device) {
   if (device < 0 || device >= static_cast<int>(channels.size()))
     throw qsdp::error("qsdp device codec: device " + std::to_string(device) + " is out of range");
   auto& c = channels[static_cast<std::size_t>(device)];
-  if (!c) c = std::make_unique<failure_channel>();
+  if (!c) {
+    c = std::make_unique<failure_channel>();
+    c->device_record("qsdp device codec");  // allocated here, under the lock, by the first call
+  }
   return *c;
 }
 
@@ -226,6 +229,12 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
   if constexpr (detail::is_identity<Q>) {
     // Raw packets of any element type: their size depends on it, so all must be of one type; the
     // kernel checks each header, the size comes from the first packet's type, read here.
+    if (detail::cuda::capturing(stream, where))
+      throw qsdp::error(
+          std::string(where) +
+          ": identity packets are sized by their element type, which "
+          "this call reads from the first header on the host; that cannot happen inside CUDA "
+          "graph capture");
     detail::packet_header h{};
     detail::cuda::check(cudaMemcpyAsync(&h, packets, sizeof h, cudaMemcpyDeviceToHost, stream),
                         "cudaMemcpyAsync", where);

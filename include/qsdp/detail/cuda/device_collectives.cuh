@@ -5,15 +5,14 @@
 // collectives; every step is ordered on the caller's stream and nothing waits on the GPU, except
 // once per new call signature:
 //
-// * Agreement. The first call with a given (collective, policy, bits, bucket size, element type,
-// count,
-//   op, world) exchanges the 64-byte descriptors and compares them on the host, so that ranks that
-//   called differently all throw the same qsdp::error instead of hanging in NCCL. That costs one
-//   synchronisation; later calls with the same signature skip it, and may be captured in a CUDA
-//   graph.
+// * Agreement. The first call with a given signature (collective, policy, bits, bucket size,
+//   element type, count, op, world) exchanges the 64-byte descriptors and compares them on the
+//   host, so that ranks that called differently all throw the same qsdp::error instead of hanging
+//   in NCCL. That costs one synchronisation; later calls with the same signature skip it and may be
+//   captured in a CUDA graph. (Ranks that differ in calls whose signatures were each agreed before
+//   are not caught here; docs/cuda.md, "Known limits".)
 // * Every received packet's header is still checked, by the decoding kernel: a bad one turns its
-// values
-//   into NaN and is reported (naming the field and the rank) by the next collective on the
+//   values into NaN and is reported (naming the field and the rank) by the next collective on the
 //   communicator or when run_local_cuda's rank returns.
 #pragma once
 

@@ -9,10 +9,13 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "../../config.hpp"
 #include "../format.hpp"
@@ -36,15 +39,23 @@ inline void check_launch(const char* kernel, const char* where) {
   check(cudaGetLastError(), kernel, where);
 }
 
-/// Whether a CUDA device is usable here (tests skip, demos fall back to the host path otherwise).
+/// Whether a CUDA device is usable here. No driver installed or no GPU: false (tests skip, demos
+/// fall back to the host path). A driver that is there but cannot serve this build (too old for the
+/// CUDA runtime, or broken) is not "no GPU": that throws, so a GPU machine with a bad setup never
+/// looks like a clean, skipped run.
 inline bool device_available() {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return devices > 0;
+  if (e == cudaSuccess) return devices > 0;
+  (void)cudaGetLastError();
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);  // 0 when no driver is installed at all
+  if (e == cudaErrorNoDevice || driver == 0) return false;
+  int runtime = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  throw qsdp::error("qsdp: a CUDA driver is installed (version " + std::to_string(driver) +
+                    ") but cudaGetDeviceCount failed: " + describe(e) +
+                    "; this build's runtime is " + std::to_string(runtime));
 }
 
 /// Device the stream belongs to (the current device for the legacy default stream).
@@ -101,6 +112,7 @@ struct device_failure {
 };
 
 /// Owner of one device_failure record. poll() is cheap (a read of pinned memory) and never waits.
+/// Both calls may come from several host threads at once (a mutex orders them).
 class failure_channel {
  public:
   failure_channel() = default;
@@ -110,8 +122,10 @@ class failure_channel {
     if (host_) (void)cudaFreeHost(host_);
   }
 
-  /// The record kernels write to (allocated on first use).
+  /// The record kernels write to (allocated on first use: make a first call before any CUDA graph
+  /// capture, as cudaHostAlloc cannot run inside one).
   device_failure* device_record(const char* where) {
+    std::lock_guard lock(mutex_);
     if (!host_) {
       void* p = nullptr;
       check(cudaHostAlloc(&p, sizeof(device_failure), cudaHostAllocMapped), "cudaHostAlloc", where);
@@ -128,9 +142,9 @@ class failure_channel {
   /// decoder gives for the same header and where the packet was: "(in <source_noun> <index>, ...)",
   /// e.g. "in packet 2" or "in the packet from rank 2".
   void poll(const char* where, const char* source_noun = "packet") {
+    std::lock_guard lock(mutex_);
     if (!host_) return;
-    volatile device_failure* f = host_;
-    if (f->ready == 0) return;
+    if (std::atomic_ref<unsigned int>(host_->ready).load(std::memory_order_acquire) == 0) return;
     const device_failure copy = *const_cast<const device_failure*>(host_);
     *host_ = device_failure{};  // rearm
     std::string message;
@@ -145,6 +159,7 @@ class failure_channel {
   }
 
  private:
+  std::mutex mutex_;
   device_failure* host_ = nullptr;
   device_failure* device_ = nullptr;
 };
@@ -153,8 +168,17 @@ class failure_channel {
 // --------------------------------------------------------------------------
 
 /// Device scratch of a communicator: grows (cudaMallocAsync on the caller's stream) when a larger
-/// call arrives and is reused otherwise. Growing during CUDA graph capture is refused: run the call
-/// once before capturing it, as for NCCL's own buffers.
+/// call arrives and is reused otherwise.
+/// - A call on another stream than the previous one first waits for everything queued on the
+/// previous
+///   stream (an event), so two streams never use the scratch at the same time.
+/// - A buffer that is outgrown is kept until the workspace is destroyed, not freed: a CUDA graph
+/// that
+///   captured a call holds its address, and replaying it later must still find live memory. (Growth
+///   is geometric, so the retired buffers add at most twice the final size.)
+/// - Growing during capture is refused: run the call once before capturing it, as for NCCL's own
+///   buffers.
+/// Destroy the workspace (its communicator) before the streams it was used on.
 class device_workspace {
  public:
   device_workspace() = default;
@@ -162,9 +186,18 @@ class device_workspace {
   device_workspace& operator=(const device_workspace&) = delete;
   ~device_workspace() {
     if (data_) (void)cudaFreeAsync(data_, last_stream_);
+    for (std::byte* old : retired_) (void)cudaFreeAsync(old, last_stream_);
+    if (handoff_) (void)cudaEventDestroy(handoff_);
   }
 
   std::byte* get(std::size_t bytes, cudaStream_t stream, const char* where) {
+    if (used_ && stream != last_stream_) {
+      if (!handoff_)
+        check(cudaEventCreateWithFlags(&handoff_, cudaEventDisableTiming),
+              "cudaEventCreateWithFlags", where);
+      check(cudaEventRecord(handoff_, last_stream_), "cudaEventRecord", where);
+      check(cudaStreamWaitEvent(stream, handoff_, 0), "cudaStreamWaitEvent", where);
+    }
     if (bytes > capacity_) {
       if (capturing(stream, where))
         throw qsdp::error(
@@ -174,16 +207,15 @@ class device_workspace {
             "once before capturing it so the scratch is allocated outside the graph");
       const std::size_t grown =
           bytes > capacity_ + capacity_ / 2 ? bytes : capacity_ + capacity_ / 2;
-      if (data_) check(cudaFreeAsync(data_, stream), "cudaFreeAsync", where);
-      data_ = nullptr;
-      capacity_ = 0;
       void* p = nullptr;
       check(cudaMallocAsync(&p, grown, stream), "cudaMallocAsync", where);
+      if (data_) retired_.push_back(data_);
       data_ = static_cast<std::byte*>(p);
       capacity_ = grown;
       ++growths_;
     }
     last_stream_ = stream;
+    used_ = true;
     return data_;
   }
   std::size_t capacity() const noexcept { return capacity_; }
@@ -191,9 +223,12 @@ class device_workspace {
 
  private:
   std::byte* data_ = nullptr;  // cudaMallocAsync returns 256-byte aligned memory
+  std::vector<std::byte*> retired_;
   std::size_t capacity_ = 0;
   std::size_t growths_ = 0;
   cudaStream_t last_stream_ = nullptr;
+  bool used_ = false;
+  cudaEvent_t handoff_ = nullptr;
 };
 
 }  // namespace qsdp::detail::cuda
