@@ -326,10 +326,18 @@ void write_json(const std::string& path, const options& o, const std::string& po
                 const std::vector<row>& rows) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw std::runtime_error("qsdp-bench: cannot write --json " + path + ": " + std::strerror(errno));
-  std::fprintf(f, "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bucket\": %zu, \"dtype\": \"%s\", \"backend\": \"%s\", "
-                  "\"ranks\": %d, \"iterations\": %d, \"warmup\": %d, \"rows\": [",
-               op_name(o.op), policy.c_str(), o.bucket, o.dtype.c_str(), o.backend.c_str(), world, o.iterations,
-               o.warmup);
+  // bench/net/run.sh exports the link it shaped; the model mode states its own.
+  const char* rate = std::getenv("QSDP_NET_RATE");
+  const char* delay = std::getenv("QSDP_NET_DELAY");
+  std::string link = "null";
+  if (o.model)
+    link = "{\"rate_gbps\": " + std::to_string(o.link_gbps) + ", \"latency_us\": " + std::to_string(o.latency_us) + "}";
+  else if (rate)
+    link = std::string("{\"rate\": \"") + rate + "\", \"delay\": \"" + (delay ? delay : "0ms") + "\"}";
+  std::fprintf(f, "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bits\": %d, \"bucket\": %zu, \"dtype\": \"%s\", "
+                  "\"backend\": \"%s\", \"ranks\": %d, \"iterations\": %d, \"warmup\": %d, \"link\": %s, \"rows\": [",
+               op_name(o.op), policy.c_str(), o.quantizer == "identity" ? 0 : o.bits, o.bucket, o.dtype.c_str(),
+               o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup, link.c_str());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     auto number = [](double v) { return std::isfinite(v) ? std::to_string(v) : std::string("null"); };

@@ -94,7 +94,7 @@ for ((i = 0; i < ranks; ++i)); do
 done
 echo "bench/net/run.sh: ${ranks} namespaces on ${bridge}, links ${rate}, delay ${delay}, subnet ${subnet}.0/24" >&2
 
-export QSDP_NETNS_MAP="${agentmap}"
+export QSDP_NETNS_MAP="${agentmap}" QSDP_NET_RATE="${rate}" QSDP_NET_DELAY="${delay}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # More ranks than cores: Open MPI's busy-polling ranks would starve each other's senders, so let them
 # yield while they wait.
@@ -103,5 +103,5 @@ if (( ranks > $(nproc) )); then extra_mca=(--mca mpi_yield_when_idle 1); fi
 timeout "${QSDP_NET_TIMEOUT:-3600}" mpirun -n "${ranks}" --hostfile "${hostfile}" --map-by node "${extra_mca[@]}" \
   --mca plm_rsh_agent "${here}/netns-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "${subnet}.0/24" \
-  --mca oob_tcp_if_include "${subnet}.0/24" -x QSDP_NETNS_MAP \
+  --mca oob_tcp_if_include "${subnet}.0/24" -x QSDP_NETNS_MAP -x QSDP_NET_RATE -x QSDP_NET_DELAY \
   "${bench}" --backend mpi "$@"

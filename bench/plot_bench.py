@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Plots of qsdp-bench results (the JSON files written with --json).
+
+    python3 bench/plot_bench.py OUT_DIR results/*.json
+
+Writes two PNG files into OUT_DIR:
+  speedup.png  speedup over the uncompressed exchange against the link rate, one line per
+               (op, dtype, bits), at the largest size each file measured
+  error.png    relative L2 error against bits, one line per (op, dtype)
+Needs matplotlib (pip install matplotlib). Files without a link rate (in-process runs) are skipped in
+the first plot; model files are drawn dashed.
+"""
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def rate_gbps(link):
+    """'1gbit' / '500mbit' / {'rate_gbps': 10} -> Gbit/s, or None."""
+    if not link:
+        return None
+    if "rate_gbps" in link:
+        return float(link["rate_gbps"])
+    m = re.fullmatch(r"([0-9.]+)\s*([kmgt]?)bit", str(link.get("rate", "")).lower())
+    if not m:
+        return None
+    scale = {"": 1e-9, "k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot_bench.py: needs matplotlib (pip install matplotlib)", file=sys.stderr)
+        return 1
+    out = Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for name in argv[2:]:
+        with open(name) as f:
+            data = json.load(f)
+        if not data.get("rows"):
+            print(f"plot_bench.py: {name} has no rows; skipped", file=sys.stderr)
+            continue
+        runs.append(data)
+    if not runs:
+        print("plot_bench.py: nothing to plot", file=sys.stderr)
+        return 1
+
+    # Speedup against link rate, at each run's largest size.
+    lines = defaultdict(list)
+    for r in runs:
+        g = rate_gbps(r.get("link"))
+        if g is None:
+            continue
+        last = max(r["rows"], key=lambda row: row["size"])
+        key = (r["op"], r["dtype"], r.get("bits", 0), r["backend"] == "model")
+        lines[key].append((g, last["speedup"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (op, dtype, bits, model), points in sorted(lines.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], "--" if model else "-", marker="o",
+                label=f"{op} {dtype} {bits}-bit" + (" (model)" if model else ""))
+    ax.set_xscale("log")
+    ax.set_xlabel("link rate per rank (Gbit/s)")
+    ax.set_ylabel("speedup over the uncompressed exchange")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("qsdp collectives vs uncompressed, largest size measured")
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=120)
+
+    # Error against bits.
+    errors = defaultdict(dict)
+    for r in runs:
+        if r["backend"] == "model":
+            continue
+        last = max(r["rows"], key=lambda row: row["size"])
+        if last.get("rel_l2") is not None:
+            errors[(r["op"], r["dtype"], r["quantizer"].split("<")[0])][r.get("bits", 0)] = last["rel_l2"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (op, dtype, policy), by_bits in sorted(errors.items()):
+        bits = sorted(by_bits)
+        ax.plot(bits, [by_bits[b] for b in bits], marker="o", label=f"{op} {dtype} {policy}")
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per value")
+    ax.set_ylabel("relative L2 error (worst rank)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("error against bits")
+    fig.tight_layout()
+    fig.savefig(out / "error.png", dpi=120)
+    print(f"plot_bench.py: wrote {out / 'speedup.png'} and {out / 'error.png'} from {len(runs)} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
