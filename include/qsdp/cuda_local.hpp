@@ -105,7 +105,8 @@ class cuda_local_communicator {
   template <class Read>
   void exchange(const std::byte* send, std::size_t bytes, cudaStream_t stream, const char* what,
                 Read&& read) {
-    const std::string where = std::string("qsdp::cuda_local_communicator::") + what;
+    // Built only when a message is: the exchange itself allocates nothing.
+    auto where = [what] { return std::string("qsdp::cuda_local_communicator::") + what; };
     auto fail = [&](const std::string& message) {
       world_->barrier.break_with(message);
       throw qsdp::error(message);
@@ -113,13 +114,13 @@ class cuda_local_communicator {
     auto checked = [&](cudaError_t e, const char* call) {
       if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        fail(where + ": " + call + " failed on rank " + std::to_string(rank_) + ": " +
+        fail(where() + ": " + call + " failed on rank " + std::to_string(rank_) + ": " +
              detail::cuda::describe(e));
       }
     };
-    if (detail::cuda::capturing(stream, where.c_str()))
+    if (detail::cuda::capturing(stream, "qsdp::cuda_local_communicator"))
       fail(
-          where +
+          where() +
           ": the ranks of run_local_cuda line up through host barriers and events between their "
           "streams, which a CUDA graph cannot capture; capture collectives over nccl_communicator");
     const auto me = static_cast<std::size_t>(rank_);
@@ -130,7 +131,7 @@ class cuda_local_communicator {
     for (int peer = 0; peer < size(); ++peer) {
       const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
       if (theirs != bytes)
-        fail(where + ": rank " + std::to_string(rank_) + " sends " + std::to_string(bytes) +
+        fail(where() + ": rank " + std::to_string(rank_) + " sends " + std::to_string(bytes) +
              " bytes but rank " + std::to_string(peer) + " sends " + std::to_string(theirs));
     }
     for (int peer = 0; peer < size(); ++peer) {
