@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include <qsdp/detail/float_types.hpp>
 
@@ -108,5 +110,67 @@ TEST_CASE("saturating narrowing keeps finite values finite and non-finite values
   CHECK(std::isinf(
       element_traits<__nv_bfloat16>::to_float(saturating_from_float<__nv_bfloat16>(-INFINITY))));
   CHECK(element_traits<__half>::to_float(saturating_from_float<__half>(1.5f)) == 1.5f);
+}
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && QSDP_HAS_CUDA_HALF
+#include <qsdp/detail/host_codec.hpp>
+
+namespace {
+
+/// Awkward floats for bf16 narrowing: NaNs with payloads and signs, infinities, the largest floats,
+/// values between bf16's largest finite value and float's, rounding ties either way, subnormals, zeros;
+/// then random bit patterns.
+std::vector<float> narrowing_cases() {
+  std::vector<std::uint32_t> bits = {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0xFF812345u, 0x7F800000u, 0xFF800000u,
+                                     0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0x7F7F7FFFu, 0x7F7F0000u, 0xFF7F8001u,
+                                     0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x00000001u, 0x80008000u, 0x00018000u,
+                                     0x00000000u, 0x80000000u, 0x3F800000u, 0xC0490FDBu};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 4093; ++i) bits.push_back(rng());  // odd count: exercises the scalar tail
+  std::vector<float> out;
+  for (std::uint32_t b : bits) out.push_back(std::bit_cast<float>(b));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("AVX2 bf16 conversions give the scalar conversions' bits") {
+  if (!qsdp::detail::host_cpu_has_avx2_fma()) {
+    MESSAGE("no AVX2+FMA on this CPU: the vectorized bf16 loops are not used here");
+    return;
+  }
+  const std::vector<float> x = narrowing_cases();
+  std::vector<std::uint16_t> plain(x.size()), saturated(x.size());
+  avx2::f32_to_bf16<false>(x.data(), x.size(), plain.data());
+  avx2::f32_to_bf16<true>(x.data(), x.size(), saturated.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    CAPTURE(std::bit_cast<std::uint32_t>(x[i]));
+    REQUIRE(plain[i] == float_to_bf16_bits(x[i]));
+    const __nv_bfloat16 s = saturating_from_float<__nv_bfloat16>(x[i]);
+    REQUIRE(saturated[i] == static_cast<__nv_bfloat16_raw>(s).x);
+  }
+  // Widening is exact, and the scan sees the widened values.
+  std::vector<float> widened(x.size());
+  avx2::bf16_to_f32(plain.data(), plain.size(), widened.data());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    REQUIRE(std::bit_cast<std::uint32_t>(widened[i]) == static_cast<std::uint32_t>(plain[i]) << 16);
+  std::vector<std::uint16_t> finite;
+  for (std::uint16_t h : plain)
+    if ((h & 0x7F80) != 0x7F80) finite.push_back(h);
+  const auto scanned = avx2::scan_values<true>(finite.data(), finite.size());
+  float lo = INFINITY, hi = -INFINITY;
+  for (std::uint16_t h : finite) {
+    lo = std::min(lo, bf16_bits_to_float(h));
+    hi = std::max(hi, bf16_bits_to_float(h));
+  }
+  CHECK(scanned.finite);
+  CHECK(scanned.min == lo);
+  CHECK(scanned.max == hi);
+  CHECK_FALSE(avx2::scan_values<true>(plain.data(), plain.size()).finite);
+  // narrow_store (the end of a reduction) rounds without saturating.
+  std::vector<__nv_bfloat16> stored(x.size());
+  narrow_store(x.data(), x.size(), stored.data());
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(static_cast<__nv_bfloat16_raw>(stored[i]).x == plain[i]);
 }
 #endif

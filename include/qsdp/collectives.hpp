@@ -210,12 +210,12 @@ void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std:
                    static_cast<int>(element_traits<T>::tag), packet_bytes, r, where);
   std::fill(acc, acc + count, 0.0f);
   decode_accumulate(q, incoming, static_cast<std::size_t>(world), count, acc);
-  const float ranks = static_cast<float>(world);
-  for (std::size_t i = 0; i < count; ++i) {
-    const float v = op == reduce_op::avg ? acc[i] / ranks : acc[i];
-    // Plain rounding, not saturation: a sum that overflows T is reported as inf, never clipped.
-    store_element(recv, i, element_traits<T>::from_float(v));
+  if (op == reduce_op::avg) {
+    const float ranks = static_cast<float>(world);
+    for (std::size_t i = 0; i < count; ++i) acc[i] = acc[i] / ranks;
   }
+  // Plain rounding, not saturation: a sum that overflows T is reported as inf, never clipped.
+  narrow_store(acc, count, recv);
 }
 
 inline std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "../quantizers.hpp"
+#include "float_types.hpp"
 #include "philox.hpp"
 
 // Small helpers are force-inlined into the loops; the loops themselves are ordinary (out-of-line)
@@ -35,8 +36,35 @@ struct scan_result {
   bool finite;
 };
 
-/// min, max and finiteness of n floats (any alignment), via the order-preserving integer key.
-QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) {
+/// Eight values as float bits: floats as they are, bf16 (raw 16-bit patterns) widened exactly (a bf16 is
+/// the upper half of the float it stands for).
+template <bool Bf16>
+QSDP_AVX2_INLINE __m256i load8_float_bits(const void* src, std::size_t j) {
+  if constexpr (Bf16) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + j));
+    return _mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16);
+  } else {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + j));
+  }
+}
+
+template <bool Bf16>
+QSDP_AVX2_INLINE std::uint32_t load1_float_bits(const void* src, std::size_t j) {
+  if constexpr (Bf16) {
+    std::uint16_t h;
+    std::memcpy(&h, static_cast<const unsigned char*>(src) + 2 * j, 2);
+    return static_cast<std::uint32_t>(h) << 16;
+  } else {
+    std::uint32_t b;
+    std::memcpy(&b, static_cast<const unsigned char*>(src) + 4 * j, 4);
+    return b;
+  }
+}
+
+/// min, max and finiteness of n floats (or bf16 values, Bf16 = true; any alignment), via the
+/// order-preserving integer key.
+template <bool Bf16>
+QSDP_AVX2_LOOP scan_result scan_values(const void* src, std::size_t n) {
   const __m256i sign_clear = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i exponent = _mm256_set1_epi32(0x7F800000);
   __m256i lo = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::max());
@@ -44,7 +72,7 @@ QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) {
   __m256i bad = _mm256_setzero_si256();
   const std::size_t vector_end = n - n % 8;
   for (std::size_t j = 0; j < vector_end; j += 8) {
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
+    const __m256i bits = load8_float_bits<Bf16>(src, j);
     const __m256i key = _mm256_xor_si256(bits, _mm256_and_si256(_mm256_srai_epi32(bits, 31), sign_clear));
     lo = _mm256_min_epi32(lo, key);
     hi = _mm256_max_epi32(hi, key);
@@ -60,8 +88,7 @@ QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) {
   }
   bool finite = _mm256_testz_si256(bad, bad);
   for (std::size_t j = vector_end; j < n; ++j) {
-    std::uint32_t b;
-    std::memcpy(&b, src + j, 4);
+    const std::uint32_t b = load1_float_bits<Bf16>(src, j);
     const auto s = static_cast<std::int32_t>(b);
     const std::int32_t key = s ^ ((s >> 31) & 0x7FFFFFFF);
     l = key < l ? key : l;
@@ -72,6 +99,61 @@ QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) {
     return detail::bit_cast<float>(static_cast<std::uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF)));
   };
   return {from_key(l), from_key(h), finite};
+}
+
+QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) { return scan_values<false>(src, n); }
+
+/// n bf16 values (raw 16-bit patterns) to floats, exactly.
+QSDP_AVX2_LOOP void bf16_to_f32(const void* src, std::size_t n, float* dst) {
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), load8_float_bits<true>(src, j));
+  for (; j < n; ++j) {
+    const std::uint32_t b = load1_float_bits<true>(src, j);
+    std::memcpy(dst + j, &b, 4);
+  }
+}
+
+/// n floats to bf16 bit patterns, round to nearest even, NaN kept quiet: the same integer steps as
+/// float_to_bf16_bits. With Saturate, first the clamps of saturating_from_float: a finite value beyond
+/// bf16's largest finite one becomes that value instead of inf (infinities pass).
+template <bool Saturate>
+QSDP_AVX2_LOOP void f32_to_bf16(const float* src, std::size_t n, void* dst) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const __m256 limit = _mm256_set1_ps(3.38953139e38f), neg_limit = _mm256_set1_ps(-3.38953139e38f);
+  const __m256 float_max = _mm256_set1_ps(3.40282347e38f), neg_float_max = _mm256_set1_ps(-3.40282347e38f);
+  const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF), infinity = _mm256_set1_epi32(0x7F800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40), round = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(src + j);
+    if constexpr (Saturate) {
+      // (v > limit && v <= float_max) ? limit : v, then the same below -limit (ordered compares: NaN stays).
+      const __m256 above = _mm256_and_ps(_mm256_cmp_ps(v, limit, _CMP_GT_OQ), _mm256_cmp_ps(v, float_max, _CMP_LE_OQ));
+      v = _mm256_blendv_ps(v, limit, above);
+      const __m256 below =
+          _mm256_and_ps(_mm256_cmp_ps(v, neg_limit, _CMP_LT_OQ), _mm256_cmp_ps(v, neg_float_max, _CMP_GE_OQ));
+      v = _mm256_blendv_ps(v, neg_limit, below);
+    }
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i upper = _mm256_srli_epi32(bits, 16);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, magnitude), infinity);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, round), _mm256_and_si256(upper, one)), 16);
+    const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(upper, quiet), is_nan);
+    // Every lane holds at most 0xFFFF, a positive 32-bit value: the unsigned-saturating pack is exact.
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(result), _mm256_extracti128_si256(result, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * j), packed);
+  }
+  for (; j < n; ++j) {
+    float v = src[j];
+    if constexpr (Saturate) {
+      v = (v > 3.38953139e38f && v <= 3.40282347e38f) ? 3.38953139e38f : v;
+      v = (v < -3.38953139e38f && v >= -3.40282347e38f) ? -3.38953139e38f : v;
+    }
+    const std::uint16_t h = float_to_bf16_bits(v);
+    std::memcpy(out + 2 * j, &h, 2);
+  }
 }
 
 /// Four Philox states, one block per 64-bit lane. Each 32-bit state word sits in the low half of its

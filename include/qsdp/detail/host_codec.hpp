@@ -125,6 +125,9 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
     if constexpr (Avx2 && std::is_same_v<T, float>) {
       const avx2::scan_result r = avx2::scan_f32(src + begin, n);
       raw = {r.min, r.max, r.finite};
+    } else if constexpr (Avx2 && element_traits<T>::tag == element_type::bf16) {
+      const avx2::scan_result r = avx2::scan_values<true>(src + begin, n);
+      raw = {r.min, r.max, r.finite};
     } else
 #endif
     {
@@ -162,6 +165,9 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
         const float* values;
         if constexpr (std::is_same_v<T, float>) {
           values = in;
+        } else if constexpr (element_traits<T>::tag == element_type::bf16) {
+          avx2::bf16_to_f32(in, k, converted);
+          values = converted;
         } else {
           for (std::size_t j = 0; j < k; ++j) converted[j] = element_traits<T>::to_float(load_element(in, j));
           values = converted;
@@ -217,6 +223,10 @@ struct store_sink {
       std::size_t i, std::size_t n, const std::uint8_t* codes, const avx2::decode_plan& plan) const {
     if constexpr (std::is_same_v<T, float>) {
       avx2::decode_values<false>(codes, n, plan, dst + i);
+    } else if constexpr (element_traits<T>::tag == element_type::bf16) {
+      alignas(64) float values[host_segment];
+      avx2::decode_values<false>(codes, n, plan, values);
+      avx2::f32_to_bf16<true>(values, n, dst + i);
     } else {
       alignas(64) float values[host_segment];
       avx2::decode_values<false>(codes, n, plan, values);
@@ -336,6 +346,25 @@ QSDP_TARGET_BASE void decode_quantized_base(const Q& q, const std::byte* packet,
 #endif
 
 /// Which host code path runs: "avx2+fma" or "baseline" (reported by the benchmarks).
+/// dst[i] = T(src[i]) for n values with plain rounding (a sum that overflows T becomes inf): the last
+/// step of a reduction. Vectorized for bf16 where the CPU has AVX2; the same bits either way.
+template <class T>
+inline void narrow_store(const float* src, std::size_t n, T* dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (n) std::memcpy(dst, src, n * sizeof(float));
+  } else {
+#if QSDP_HOST_X86_DISPATCH
+    if constexpr (element_traits<T>::tag == element_type::bf16) {
+      if (host_has_avx2_fma()) {
+        avx2::f32_to_bf16<false>(src, n, dst);
+        return;
+      }
+    }
+#endif
+    for (std::size_t i = 0; i < n; ++i) store_element(dst, i, element_traits<T>::from_float(src[i]));
+  }
+}
+
 inline const char* host_codec_isa() {
 #if QSDP_HOST_X86_DISPATCH
   return host_has_avx2_fma() ? "avx2+fma" : "baseline";
