@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// qsdp-bench's parts that every backend shares: options, the timed sweep, the table and the JSON
+// (bench/qsdp_bench.cpp runs the host backends and the model, bench/qsdp_bench_nccl.cu the NCCL
+// one).
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <qsdp/codec.hpp>
+#include <qsdp/quantizers.hpp>
+
+namespace qsdp_bench {
+
+#if QSDP_BENCH_NCCL
+inline constexpr bool nccl_backend_built = true;
+#else
+inline constexpr bool nccl_backend_built = false;
+#endif
+
+enum class op_kind { all_gather, reduce_scatter, all_reduce };
+
+struct options {
+  std::size_t min_bytes = std::size_t{1} << 20;
+  std::size_t max_bytes = std::size_t{64} << 20;
+  double factor = 2;
+  int iterations = 20;
+  int warmup = 5;
+  bool check = true;
+  op_kind op = op_kind::all_gather;
+  std::string quantizer = "stochastic";
+  int bits = 8;
+  std::size_t bucket = 1024;
+  std::string dtype = "float";
+  std::string backend = "local";
+  int ranks = 4;
+  bool ranks_given = false;
+  std::string json;
+  // --model: predict instead of measure (alpha-beta network, codec timed here or given).
+  bool model = false;
+  double link_gbps = 0;   // per-rank link rate, Gbit/s
+  double latency_us = 0;  // per message
+  double codec_gbps = 0;  // codec throughput (bytes read + written per second / 1e9); 0: measure
+  int codec_threads = 0;  // threads sharing the CPU while the codec is timed (0: --ranks)
+};
+
+[[noreturn]] inline void usage_error(const std::string& message) {
+  throw std::invalid_argument("qsdp-bench: " + message + " (qsdp-bench --help lists the options)");
+}
+
+/// "64M", "1G", "4096", "1.5K" -> bytes.
+inline std::size_t parse_size(const std::string& text, const char* flag) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(value >= 0))
+    usage_error(std::string(flag) + " " + text + ": expected a size such as 1M or 4096");
+  double scale = 1;
+  const std::string suffix(end);
+  if (suffix == "K" || suffix == "k")
+    scale = 1024.0;
+  else if (suffix == "M" || suffix == "m")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty())
+    usage_error(std::string(flag) + " " + text + ": unknown suffix '" + suffix + "'");
+  return static_cast<std::size_t>(value * scale);
+}
+
+inline int parse_int(const std::string& text, const char* flag, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || v < lo || v > hi)
+    usage_error(std::string(flag) + " " + text + ": expected an integer in [" + std::to_string(lo) +
+                ", " + std::to_string(hi) + "]");
+  return static_cast<int>(v);
+}
+
+inline const char* help_text =
+    "qsdp-bench: compressed collectives vs the same exchange uncompressed (nccl-tests "
+    "conventions)\n"
+    "  -b, --minbytes SIZE    smallest size (default 1M); sizes take K, M, G suffixes\n"
+    "  -e, --maxbytes SIZE    largest size (default 64M)\n"
+    "  -f, --stepfactor F     multiply the size by F each step (default 2)\n"
+    "  -n, --iters N          timed iterations per size (default 20)\n"
+    "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
+    "  -c, --check 0|1        compute the error against the uncompressed result (default 1)\n"
+    "  --op all_gather|reduce_scatter|all_reduce      (default all_gather)\n"
+    "  --quantizer stochastic|uniform|symmetric|random_shift|identity (default stochastic)\n"
+    "  --bits 1..8            code width (default 8; random_shift 2..8)\n"
+    "  --bucket N             values per bucket (default 1024)\n"
+    "  --dtype float|bf16|half                        (default float)\n"
+    "  --backend local|mpi|nccl  in-process ranks (threads), MPI processes, or GPUs over NCCL: "
+    "one\n"
+    "                         process per GPU under mpirun, else one thread per GPU (default "
+    "local)\n"
+    "  --ranks N              ranks of the local backend, GPUs of the threaded NCCL one (default "
+    "4;\n"
+    "                         nccl: every visible GPU)\n"
+    "  --json FILE            also write every row as JSON\n"
+    "  --model                predict the times instead (alpha-beta): needs --link-gbps; --ranks "
+    "is n\n"
+    "  --link-gbps G          per-rank link rate in Gbit/s (model)\n"
+    "  --latency-us A         per-message latency in microseconds (model, default 0)\n"
+    "  --codec-gbps C         codec throughput, bytes read + written per s / 1e9 (model; default: "
+    "timed\n"
+    "                         here with --codec-threads threads busy at once, default --ranks)\n";
+
+inline options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(help_text, stdout);
+      std::exit(0);
+    }
+    if (flag == "--model") {
+      o.model = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage_error(flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "-b" || flag == "--minbytes")
+      o.min_bytes = parse_size(value, "-b");
+    else if (flag == "-e" || flag == "--maxbytes")
+      o.max_bytes = parse_size(value, "-e");
+    else if (flag == "-f" || flag == "--stepfactor") {
+      o.factor = std::strtod(value.c_str(), nullptr);
+      if (!(o.factor > 1)) usage_error("-f " + value + ": expected a factor > 1");
+    } else if (flag == "-n" || flag == "--iters")
+      o.iterations = parse_int(value, "-n", 1, 1 << 20);
+    else if (flag == "-w" || flag == "--warmup_iters")
+      o.warmup = parse_int(value, "-w", 0, 1 << 20);
+    else if (flag == "-c" || flag == "--check")
+      o.check = parse_int(value, "-c", 0, 1) == 1;
+    else if (flag == "--op") {
+      if (value == "all_gather")
+        o.op = op_kind::all_gather;
+      else if (value == "reduce_scatter")
+        o.op = op_kind::reduce_scatter;
+      else if (value == "all_reduce")
+        o.op = op_kind::all_reduce;
+      else
+        usage_error("--op " + value + ": expected all_gather, reduce_scatter or all_reduce");
+    } else if (flag == "--quantizer")
+      o.quantizer = value;
+    else if (flag == "--bits")
+      o.bits = parse_int(value, "--bits", 1, 8);
+    else if (flag == "--bucket")
+      o.bucket = static_cast<std::size_t>(parse_int(value, "--bucket", 1, 1 << 30));
+    else if (flag == "--dtype")
+      o.dtype = value;
+    else if (flag == "--backend")
+      o.backend = value;
+    else if (flag == "--ranks") {
+      o.ranks = parse_int(value, "--ranks", 1, 1024);
+      o.ranks_given = true;
+    } else if (flag == "--json")
+      o.json = value;
+    else if (flag == "--link-gbps")
+      o.link_gbps = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--latency-us")
+      o.latency_us = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--codec-gbps")
+      o.codec_gbps = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--codec-threads")
+      o.codec_threads = parse_int(value, "--codec-threads", 1, 1024);
+    else
+      usage_error("unknown option " + flag);
+  }
+  if (o.min_bytes > o.max_bytes)
+    usage_error("-b " + std::to_string(o.min_bytes) + " is larger than -e " +
+                std::to_string(o.max_bytes));
+  if (o.dtype != "float" && o.dtype != "bf16" && o.dtype != "half")
+    usage_error("--dtype " + o.dtype + ": expected float, bf16 or half");
+  if (o.backend != "local" && o.backend != "mpi" && o.backend != "nccl")
+    usage_error("--backend " + o.backend + ": expected local, mpi or nccl");
+  if (o.backend == "nccl" && !nccl_backend_built)
+    usage_error(
+        "--backend nccl: this qsdp-bench was built without CUDA and NCCL (configure with "
+        "QSDP_ENABLE_CUDA=ON where nvcc and NCCL are found; -DNCCL_ROOT=... points at NCCL)");
+  if (o.quantizer == "random_shift" && o.bits < 2) usage_error("--bits 1: random_shift needs 2..8");
+  if (o.model && !(o.link_gbps > 0))
+    usage_error("--model needs --link-gbps > 0 (the link rate to predict for)");
+  if (o.model && (o.latency_us < 0 || o.codec_gbps < 0))
+    usage_error("--latency-us and --codec-gbps must be >= 0");
+  return o;
+}
+
+inline const char* op_name(op_kind op) {
+  switch (op) {
+    case op_kind::all_gather:
+      return "all_gather";
+    case op_kind::reduce_scatter:
+      return "reduce_scatter";
+    case op_kind::all_reduce:
+      return "all_reduce";
+  }
+  return "?";
+}
+
+/// One row of the table.
+struct row {
+  std::size_t size = 0, count = 0, wire = 0, plain_wire = 0;
+  double time_us = 0, algbw = 0, busbw = 0, plain_time_us = 0, plain_busbw = 0;
+  double rel_l2 = NAN, max_error = NAN;
+  double codec_us = NAN, network_us = NAN;  // --model: qsdp's time split into codec and network
+};
+
+/// What a backend provides to the sweep, on every rank. `prepare` puts one size's input where the
+/// calls read it (host or device memory) and sizes the outputs; `compressed` and `plain` run one
+/// call each and return when its results are complete (a device backend synchronises its stream);
+/// `fetch` copies both results to host vectors; `barrier` and `gather` (n doubles per rank, in rank
+/// order) are collective on the same ranks.
+template <class T>
+struct runner {
+  int rank = 0, world = 1;
+  std::function<void(const std::vector<T>& input, std::size_t in_count, std::size_t out_count)>
+      prepare;
+  std::function<void(std::size_t count)> compressed, plain;
+  std::function<void(std::vector<T>& result, std::vector<T>& exact)> fetch;
+  std::function<void()> barrier;
+  std::function<void(const double*, double*, std::size_t)> gather;
+};
+
+template <class T>
+std::vector<T> make_input(std::size_t n, int rank, op_kind op) {
+  std::mt19937 rng(1000u + static_cast<unsigned>(rank));
+  std::normal_distribution<float> normal;
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    // Weights for all_gather; gradients (small, with rare outliers) for the reductions.
+    const float value = op == op_kind::all_gather ? 0.02f * normal(rng)
+                                                  : (rng() % 97 == 0 ? 1.0f : 1e-3f) * normal(rng);
+    x = qsdp::detail::element_traits<T>::from_float(value);
+  }
+  return v;
+}
+
+/// Times `call` for warm-up + iterations runs, each after a barrier; returns each iteration's
+/// slowest-rank time in microseconds (the same on every rank).
+template <class T>
+std::vector<double> time_iterations(runner<T>& r, const options& o,
+                                    const std::function<void()>& call) {
+  for (int i = 0; i < o.warmup; ++i) {
+    r.barrier();
+    call();
+  }
+  std::vector<double> mine(static_cast<std::size_t>(o.iterations));
+  for (int i = 0; i < o.iterations; ++i) {
+    r.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    mine[static_cast<std::size_t>(i)] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(r.world));
+  r.gather(mine.data(), all.data(), mine.size());
+  std::vector<double> slowest(mine.size(), 0.0);
+  for (int p = 0; p < r.world; ++p)
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      slowest[i] = std::max(slowest[i], all[static_cast<std::size_t>(p) * mine.size() + i]);
+  return slowest;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class T, class Q>
+std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
+  const std::size_t world = static_cast<std::size_t>(r.world);
+  std::vector<row> rows;
+  for (double size = static_cast<double>(o.min_bytes);
+       size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
+    row out;
+    // Counts as nccl-tests derives them, rounded down to whole values per rank.
+    const std::size_t bytes = static_cast<std::size_t>(size);
+    const std::size_t count =
+        o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / world;
+    if (count == 0) continue;
+    const std::size_t in_count = o.op == op_kind::reduce_scatter ? count * world : count;
+    const std::size_t out_count = o.op == op_kind::all_gather ? count * world : count;
+    out.count = count;
+    out.size = (o.op == op_kind::all_reduce ? count : count * world) * sizeof(T);
+    r.prepare(make_input<T>(in_count, r.rank, o.op), in_count, out_count);
+
+    const double t = median(time_iterations(r, o, [&] { r.compressed(count); }));
+    const double tp = median(time_iterations(r, o, [&] { r.plain(count); }));
+    const double algbw = static_cast<double>(out.size) / (t * 1e-6) / 1e9;
+    const double algbw_plain = static_cast<double>(out.size) / (tp * 1e-6) / 1e9;
+    const double factor = o.op == op_kind::all_reduce
+                              ? 2.0 * static_cast<double>(world - 1) / static_cast<double>(world)
+                              : static_cast<double>(world - 1) / static_cast<double>(world);
+    out.time_us = t;
+    out.algbw = algbw;
+    out.busbw = algbw * factor;
+    out.plain_time_us = tp;
+    out.plain_busbw = algbw_plain * factor;
+    const std::size_t packet_count =
+        o.op == op_kind::all_reduce ? (count + world - 1) / world : count;
+    out.wire = qsdp::compressed_size<T>(q, packet_count);
+    out.plain_wire = packet_count * sizeof(T);
+    if (o.check) {
+      r.compressed(count);
+      r.plain(count);
+      std::vector<T> result(out_count), exact(out_count);
+      r.fetch(result, exact);
+      double err = 0, norm = 0, worst = 0;
+      for (std::size_t i = 0; i < out_count; ++i) {
+        const double a = qsdp::detail::element_traits<T>::to_float(result[i]);
+        const double b = qsdp::detail::element_traits<T>::to_float(exact[i]);
+        err += (a - b) * (a - b);
+        norm += b * b;
+        worst = std::max(worst, std::abs(a - b));
+      }
+      // The worst rank's errors.
+      const double mine[2] = {norm > 0 ? std::sqrt(err / norm) : std::sqrt(err), worst};
+      std::vector<double> all(2 * world);
+      r.gather(mine, all.data(), 2);
+      out.rel_l2 = out.max_error = 0;
+      for (std::size_t p = 0; p < world; ++p) {
+        out.rel_l2 = std::max(out.rel_l2, all[2 * p]);
+        out.max_error = std::max(out.max_error, all[2 * p + 1]);
+      }
+    }
+    rows.push_back(out);
+  }
+  return rows;
+}
+
+inline const char* dtype_label(const std::string& d) {
+  return d == "float" ? "float" : d == "bf16" ? "bf16" : "half";
+}
+
+inline void print_header(const options& o, const std::string& policy, int world) {
+  std::printf("# qsdp-bench: op %s, quantizer %s, bucket %zu, dtype %s, backend %s, %d ranks\n",
+              op_name(o.op), policy.c_str(), o.bucket, o.dtype.c_str(),
+              o.model ? "model" : o.backend.c_str(), world);
+  if (o.model)
+    std::printf(
+        "# times predicted from the link and the codec; no error columns (nothing is exchanged)\n");
+  else
+    std::printf(
+        "# iterations %d (after %d warm-up), each after a barrier; time = slowest rank, median "
+        "over "
+        "iterations; plain = the uncompressed exchange on the same communicator\n",
+        o.iterations, o.warmup);
+  std::printf("#\n# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %9s | %11s %9s | %7s\n", "size",
+              "count", "type", "time (us)", "algbw", "busbw", "wire bytes", "ratio", "rel. L2",
+              "max err", "plain (us)", "busbw", "speedup");
+  std::printf("# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %9s | %11s %9s | %7s\n", "(B)",
+              "(values)", "", "", "(GB/s)", "(GB/s)", "(per rank)", "", "", "", "", "(GB/s)", "");
+}
+
+inline void print_row(const row& r, const options& o) {
+  std::printf(
+      "  %12zu %12zu %6s | %11.1f %9.3f %9.3f | %12zu %6.2f | %9.2e %9.2e | %11.1f %9.3f | "
+      "%6.2fx\n",
+      r.size, r.count, dtype_label(o.dtype), r.time_us, r.algbw, r.busbw, r.wire,
+      static_cast<double>(r.plain_wire) / static_cast<double>(r.wire), r.rel_l2, r.max_error,
+      r.plain_time_us, r.plain_busbw, r.plain_time_us / r.time_us);
+}
+
+inline void write_json(const std::string& path, const options& o, const std::string& policy,
+                       int world, const std::vector<row>& rows) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f)
+    throw std::runtime_error("qsdp-bench: cannot write --json " + path + ": " +
+                             std::strerror(errno));
+  // bench/net/run.sh exports the link it shaped; the model mode states its own.
+  const char* rate = std::getenv("QSDP_NET_RATE");
+  const char* delay = std::getenv("QSDP_NET_DELAY");
+  std::string link = "null";
+  if (o.model)
+    link = "{\"rate_gbps\": " + std::to_string(o.link_gbps) +
+           ", \"latency_us\": " + std::to_string(o.latency_us) + "}";
+  else if (rate)
+    link =
+        std::string("{\"rate\": \"") + rate + "\", \"delay\": \"" + (delay ? delay : "0ms") + "\"}";
+  std::fprintf(
+      f,
+      "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bits\": %d, \"bucket\": %zu, \"dtype\": \"%s\", "
+      "\"backend\": \"%s\", \"ranks\": %d, \"iterations\": %d, \"warmup\": %d, \"link\": %s, "
+      "\"rows\": [",
+      op_name(o.op), policy.c_str(), o.quantizer == "identity" ? 0 : o.bits, o.bucket,
+      o.dtype.c_str(), o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup,
+      link.c_str());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const row& r = rows[i];
+    // Nine significant digits: std::to_string's fixed six decimals would turn an error of 4.8e-08
+    // into 0.
+    auto number = [](double v) {
+      if (!std::isfinite(v)) return std::string("null");
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", v);
+      return std::string(text);
+    };
+    std::fprintf(
+        f,
+        "%s\n  {\"size\": %zu, \"count\": %zu, \"time_us\": %s, \"algbw\": %s, \"busbw\": %s, "
+        "\"wire_bytes\": %zu, \"plain_wire_bytes\": %zu, \"rel_l2\": %s, \"max_error\": %s, "
+        "\"plain_time_us\": %s, \"plain_busbw\": %s, \"speedup\": %s, \"codec_us\": %s, "
+        "\"network_us\": %s}",
+        i ? "," : "", r.size, r.count, number(r.time_us).c_str(), number(r.algbw).c_str(),
+        number(r.busbw).c_str(), r.wire, r.plain_wire, number(r.rel_l2).c_str(),
+        number(r.max_error).c_str(), number(r.plain_time_us).c_str(), number(r.plain_busbw).c_str(),
+        number(r.plain_time_us / r.time_us).c_str(), number(r.codec_us).c_str(),
+        number(r.network_us).c_str());
+  }
+  std::fprintf(f, "\n]}\n");
+  std::fclose(f);
+}
+
+/// The processes a multi-process backend runs in (MPI's world when started by mpirun): rank, size
+/// and a broadcast from rank 0, so that device code needs no MPI headers.
+struct process_group {
+  int rank = 0, world = 1;
+  std::function<void(void* data, std::size_t bytes)> broadcast_from_0;
+};
+
+#if QSDP_BENCH_NCCL
+/// --backend nccl (bench/qsdp_bench_nccl.cu).
+void run_nccl(const options& o, const process_group& group);
+#endif
+
+/// Prints the table (and writes --json) on rank 0.
+inline void report(const options& o, const std::string& policy, int rank, int world,
+                   const std::vector<row>& rows) {
+  if (rank != 0) return;
+  print_header(o, policy, world);
+  for (const row& r : rows) print_row(r, o);
+  if (o.model) {
+    std::printf("# where qsdp's predicted time goes:\n");
+    for (const row& r : rows)
+      std::printf("#   size %zu: codec %.1f us, network %.1f us (plain: %.1f us)\n", r.size,
+                  r.codec_us, r.network_us, r.plain_time_us);
+  }
+  std::fflush(stdout);
+  if (!o.json.empty()) write_json(o.json, o, policy, world, rows);
+}
+
+/// Calls run(q, name) with the policy --quantizer and --bits name. `Widths` has bit b set for every
+/// width this binary instantiates (the device build keeps fewer, for compile time); others are
+/// refused.
+template <unsigned Widths, class Run>
+void dispatch_policy(const options& o, Run&& run) {
+  if (o.quantizer == "identity") return run(qsdp::identity{}, std::string("identity"));
+  const std::string name = o.quantizer + "<" + std::to_string(o.bits) + ">";
+  bool ran = false;
+  auto each_width = [&]<template <int> class P, unsigned Allowed>() {
+    [&]<int... B>(std::integer_sequence<int, B...>) {
+      (
+          [&] {
+            if constexpr (((Allowed >> B) & 1u) != 0) {
+              if (o.bits == B) {
+                run(P<B>{.bucket_size = o.bucket}, name);
+                ran = true;
+              }
+            }
+          }(),
+          ...);
+    }
+    (std::integer_sequence<int, 1, 2, 3, 4, 5, 6, 7, 8>{});
+  };
+  if (o.quantizer == "stochastic")
+    each_width.template operator()<qsdp::stochastic, Widths>();
+  else if (o.quantizer == "uniform")
+    each_width.template operator()<qsdp::uniform, Widths>();
+  else if (o.quantizer == "symmetric")
+    each_width.template operator()<qsdp::symmetric, Widths>();
+  else if (o.quantizer == "random_shift")
+    each_width.template operator()<qsdp::random_shift, (Widths & ~2u)>();
+  else
+    usage_error("--quantizer " + o.quantizer +
+                ": expected stochastic, uniform, symmetric, random_shift or identity");
+  if (!ran) {
+    std::string built;
+    for (int b = 1; b <= 8; ++b)
+      if ((Widths >> b) & 1u) built += (built.empty() ? "" : ",") + std::to_string(b);
+    usage_error("--bits " + std::to_string(o.bits) +
+                " is not built into this backend of qsdp-bench (it has " + built + ")");
+  }
+}
+
+/// Calls dispatch_policy for --dtype's element type: run.template operator()<T>(q, name).
+template <unsigned Widths, class Run>
+void dispatch(const options& o, Run&& run) {
+  auto typed = [&]<class T>() {
+    dispatch_policy<Widths>(
+        o, [&](const auto& q, const std::string& name) { run.template operator()<T>(q, name); });
+  };
+  if (o.dtype == "float")
+    typed.template operator()<float>();
+  else if (o.dtype == "bf16")
+    typed.template operator()<__nv_bfloat16>();
+  else
+    typed.template operator()<__half>();
+}
+
+}  // namespace qsdp_bench
