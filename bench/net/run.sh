@@ -49,8 +49,10 @@ tag="qn$$"  # unique per run: names never clash with another run's
 bridge="${tag}br"
 ns_name() { echo "${tag}n$1"; }
 created_ns=()
+mpirun_pid=""
 cleanup() {
   set +e
+  [[ -n "${mpirun_pid}" ]] && kill "${mpirun_pid}" 2>/dev/null && pkill -f "^orted .*oob_tcp_if_include ${subnet}\.0/24"
   for ns in "${created_ns[@]}"; do ip netns del "${ns}" 2>/dev/null; done
   ip link del "${bridge}" 2>/dev/null
   for ((i = 0; i < ranks; ++i)); do ip link del "${tag}v${i}" 2>/dev/null; done
@@ -100,8 +102,37 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # yield while they wait.
 extra_mca=()
 if (( ranks > $(nproc) )); then extra_mca=(--mca mpi_yield_when_idle 1); fi
-timeout "${QSDP_NET_TIMEOUT:-3600}" mpirun -n "${ranks}" --hostfile "${hostfile}" --map-by node "${extra_mca[@]}" \
-  --mca plm_rsh_agent "${here}/netns-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-  --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "${subnet}.0/24" \
-  --mca oob_tcp_if_include "${subnet}.0/24" -x QSDP_NETNS_MAP -x QSDP_NET_RATE -x QSDP_NET_DELAY \
-  "${bench}" --backend mpi "$@"
+# Now and then (twice in about 30 runs here) one rank's daemon never comes up and mpirun waits for it
+# until the timeout, silently. So watch the daemons start: if fewer than `ranks` are up after
+# QSDP_NET_START_TIMEOUT seconds (default 60), stop this try and start again, three tries at most.
+daemons_up() { pgrep -c -f "^orted .*oob_tcp_if_include ${subnet}\.0/24" || true; }
+start_timeout="${QSDP_NET_START_TIMEOUT:-60}"
+for attempt in 1 2 3; do
+  timeout "${QSDP_NET_TIMEOUT:-3600}" mpirun -n "${ranks}" --hostfile "${hostfile}" --map-by node "${extra_mca[@]}" \
+    --mca plm_rsh_agent "${here}/netns-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "${subnet}.0/24" \
+    --mca oob_tcp_if_include "${subnet}.0/24" -x QSDP_NETNS_MAP -x QSDP_NET_RATE -x QSDP_NET_DELAY \
+    "${bench}" --backend mpi "$@" </dev/null &
+  mpirun_pid=$!
+  up=0
+  for ((waited = 0; waited < start_timeout; ++waited)); do
+    kill -0 "${mpirun_pid}" 2>/dev/null || break  # already over (a short run, or a failure)
+    (( $(daemons_up) >= ranks )) && { up=1; break; }
+    sleep 1
+  done
+  if (( up )) || ! kill -0 "${mpirun_pid}" 2>/dev/null; then
+    set +e
+    wait "${mpirun_pid}"
+    status=$?
+    mpirun_pid=""
+    exit "${status}"
+  fi
+  echo "bench/net/run.sh: $(daemons_up) of ${ranks} MPI daemons up after ${start_timeout} s (try ${attempt} of 3); starting again" >&2
+  kill "${mpirun_pid}" 2>/dev/null
+  wait "${mpirun_pid}" 2>/dev/null || true
+  pkill -f "^orted .*oob_tcp_if_include ${subnet}\.0/24" || true
+  mpirun_pid=""
+  sleep 2
+done
+echo "bench/net/run.sh: the MPI daemons did not all start in 3 tries" >&2
+exit 1
