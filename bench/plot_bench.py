@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plots of qsdp-bench results (the JSON files written with --json).
 
-    python3 bench/plot_bench.py OUT_DIR results/*.json
+    python3 bench/plot_bench.py OUT_DIR [--per-rank-mib 64] results/*.json
 
 Writes two PNG files into OUT_DIR:
   speedup.png  speedup over the uncompressed exchange against the link rate, one line per
-               (op, dtype, bits), at the largest size each file measured
-  error.png    relative L2 error against bits, one line per (op, dtype)
+               (op, dtype, bits), at --per-rank-mib MiB of input per rank (default: the largest size
+               each file measured)
+  error.png    relative L2 error against bits, one line per (op, dtype), at the same size
 Needs matplotlib (pip install matplotlib). Files without a link rate (in-process runs) are skipped in
 the first plot; model files are drawn dashed.
 """
@@ -45,8 +46,13 @@ def main(argv):
         return 1
     out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    names = argv[2:]
+    per_rank = None
+    if len(names) >= 2 and names[0] == "--per-rank-mib":
+        per_rank = float(names[1])
+        names = names[2:]
     runs = []
-    for name in argv[2:]:
+    for name in names:
         with open(name) as f:
             data = json.load(f)
         if not data.get("rows"):
@@ -57,37 +63,51 @@ def main(argv):
         print("plot_bench.py: nothing to plot", file=sys.stderr)
         return 1
 
-    # Speedup against link rate, at each run's largest size.
+    element_bytes = {"float": 4, "bf16": 2, "half": 2}
+
+    def chosen(r):
+        """The row of --per-rank-mib, else the largest; None if the file lacks that size."""
+        if per_rank is None:
+            return max(r["rows"], key=lambda row: row["size"])
+        for row in r["rows"]:
+            if abs(row["count"] * element_bytes[r["dtype"]] / 2**20 - per_rank) < 1e-9:
+                return row
+        return None
+
+    # Speedup against link rate, at the chosen size.
     lines = defaultdict(list)
     for r in runs:
         g = rate_gbps(r.get("link"))
         if g is None:
             continue
-        last = max(r["rows"], key=lambda row: row["size"])
+        last = chosen(r)
+        if last is None:
+            continue
         key = (r["op"], r["dtype"], r.get("bits", 0), r["backend"] == "model")
         lines[key].append((g, last["speedup"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (op, dtype, bits, model), points in sorted(lines.items()):
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], "--" if model else "-", marker="o",
-                label=f"{op} {dtype} {bits}-bit" + (" (model)" if model else ""))
+                label=f"{op} {dtype} " + (f"{bits}-bit" if bits else "identity") + (" (model)" if model else ""))
     ax.set_xscale("log")
     ax.set_xlabel("link rate per rank (Gbit/s)")
     ax.set_ylabel("speedup over the uncompressed exchange")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("qsdp collectives vs uncompressed, largest size measured")
+    ax.set_title("qsdp collectives vs uncompressed, " +
+                 (f"{per_rank:g} MiB per rank" if per_rank is not None else "largest size measured"))
     fig.tight_layout()
     fig.savefig(out / "speedup.png", dpi=120)
 
     # Error against bits.
     errors = defaultdict(dict)
     for r in runs:
-        if r["backend"] == "model":
+        if r["backend"] == "model" or not r.get("bits"):  # no error to draw for models and identity
             continue
-        last = max(r["rows"], key=lambda row: row["size"])
-        if last.get("rel_l2") is not None:
+        last = chosen(r)
+        if last is not None and last.get("rel_l2") is not None:
             errors[(r["op"], r["dtype"], r["quantizer"].split("<")[0])][r.get("bits", 0)] = last["rel_l2"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (op, dtype, policy), by_bits in sorted(errors.items()):
