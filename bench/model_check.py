@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """How close qsdp-bench --model comes to shaped measurements.
 
-    python3 bench/model_check.py [--per-rank-mib 64] [--any-rate] measured/*.json model/*.json
+    python3 bench/model_check.py [--per-rank-mib 64] measured/*.json model/*.json
 
-Pairs every model file with the measured file of the same op, type, quantizer, ranks and link rate
-(--any-rate: whatever the rates, for a model calibrated to the rate the plain exchange reached), and
-prints, per size (or only --per-rank-mib), the predicted and measured times of qsdp and of the plain
-exchange and their ratios (predicted / measured: 1.00 is exact, 0.80 means the model is 20 % short).
-Needs only the standard library.
+Pairs every model file with the measured file of the same op, type, quantizer, ranks and link rate, and
+prints per size (or only --per-rank-mib) the measured qsdp time, the model's prediction at the nominal
+link rate, and the prediction "calibrated" to the rate the plain all_gather actually reached on that
+link (measured files of all_gather, same type and size): the model's network part scaled by nominal /
+achieved rate, its codec part kept. Ratios are model / measured (1.00 is exact). Needs only the
+standard library.
 """
 import json
 import sys
@@ -18,51 +19,54 @@ from plot_bench import rate_gbps
 ELEMENT_BYTES = {"float": 4, "bf16": 2, "half": 2}
 
 
-ANY_RATE = False
-
-
-def key(d):
-    return (d["op"], d["dtype"], d["quantizer"], d["ranks"], None if ANY_RATE else rate_gbps(d.get("link")))
+def per_rank_mib(d, row):
+    return row["count"] * ELEMENT_BYTES[d["dtype"]] / 2**20
 
 
 def main(argv):
     args = argv[1:]
-    global ANY_RATE
-    per_rank = None
-    while args and args[0] in ("--per-rank-mib", "--any-rate"):
-        if args[0] == "--any-rate":
-            ANY_RATE = True
-            args = args[1:]
-        else:
-            per_rank = float(args[1])
-            args = args[2:]
+    only = None
+    if len(args) >= 2 and args[0] == "--per-rank-mib":
+        only = float(args[1])
+        args = args[2:]
     measured, model = {}, {}
+    achieved = {}  # (rate, dtype, MiB per rank) -> bytes per second one rank received in plain all_gather
     for name in args:
         with open(name) as f:
             d = json.load(f)
-        (model if d["backend"] == "model" else measured)[key(d)] = d
-        d["_rate"] = rate_gbps(d.get("link"))
-    print("| link | op | type | policy | MiB per rank | qsdp measured (s) | qsdp model (s) | model/measured |"
-          " plain measured (s) | plain model (s) | model/measured |")
+        rate = rate_gbps(d.get("link"))
+        key = (d["op"], d["dtype"], d["quantizer"], d["ranks"], rate)
+        (model if d["backend"] == "model" else measured)[key] = d
+        if d["backend"] != "model" and d["op"] == "all_gather":
+            for r in d["rows"]:
+                received = (d["ranks"] - 1) * r["plain_wire_bytes"]
+                achieved[(rate, d["dtype"], per_rank_mib(d, r))] = received / (r["plain_time_us"] * 1e-6)
+    print("| link | op | type | policy | MiB per rank | measured (s) | model (s) | model/measured |"
+          " plain reached (Gbit/s) | calibrated model (s) | calibrated/measured |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     printed = 0
-    for k in sorted(model, key=lambda k: (k[4] or 0, k[0], k[1], k[2])):
-        if k not in measured:
-            print(f"model_check.py: no measurement for {k}", file=sys.stderr)
+    for key in sorted(model, key=lambda k: (k[4] or 0, k[0], k[1], k[2])):
+        if key not in measured:
+            print(f"model_check.py: no measurement for {key}", file=sys.stderr)
             continue
-        rows = {r["size"]: r for r in measured[k]["rows"]}
-        for r in model[k]["rows"]:
+        op, dtype, policy, _, rate = key
+        rows = {r["size"]: r for r in measured[key]["rows"]}
+        for r in model[key]["rows"]:
             m = rows.get(r["size"])
-            if m is None:
+            mib = per_rank_mib(model[key], r)
+            if m is None or (only is not None and abs(mib - only) > 1e-9):
                 continue
-            mib = r["count"] * ELEMENT_BYTES[k[1]] / 2**20
-            if per_rank is not None and abs(mib - per_rank) > 1e-9:
-                continue
-            rate = f"{measured[k]['_rate']:g} Gbit/s" + (f" (model {model[k]['_rate']:g})" if ANY_RATE else "")
-            print(f"| {rate} | {k[0]} | {k[1]} | {k[2]} | {mib:g} | {m['time_us'] / 1e6:.3f} | "
+            reached = achieved.get((rate, dtype, mib))
+            calibrated = cal_text = ratio_text = "-"
+            if reached and r.get("codec_us") is not None and r.get("network_us") is not None:
+                scale = (rate * 1e9 / 8) / reached
+                calibrated = (r["codec_us"] + r["network_us"] * scale) / 1e6
+                cal_text = f"{calibrated:.3f}"
+                ratio_text = f"{calibrated / (m['time_us'] / 1e6):.2f}"
+            print(f"| {rate:g} Gbit/s | {op} | {dtype} | {policy} | {mib:g} | {m['time_us'] / 1e6:.3f} | "
                   f"{r['time_us'] / 1e6:.3f} | {r['time_us'] / m['time_us']:.2f} | "
-                  f"{m['plain_time_us'] / 1e6:.3f} | {r['plain_time_us'] / 1e6:.3f} | "
-                  f"{r['plain_time_us'] / m['plain_time_us']:.2f} |")
+                  + (f"{reached * 8 / 1e9:.2f}" if reached else "-")
+                  + f" | {cal_text} | {ratio_text} |")
             printed += 1
     return 0 if printed else 1
 

@@ -85,19 +85,26 @@ def main(argv):
             continue
         key = (r["op"], r["dtype"], r.get("bits", 0), r["backend"] == "model")
         lines[key].append((g, last["speedup"]))
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (op, dtype, bits, model), points in sorted(lines.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], "--" if model else "-", marker="o",
-                label=f"{op} {dtype} " + (f"{bits}-bit" if bits else "identity") + (" (model)" if model else ""))
-    ax.set_xscale("log")
-    ax.set_xlabel("link rate per rank (Gbit/s)")
-    ax.set_ylabel("speedup over the uncompressed exchange")
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("qsdp collectives vs uncompressed, " +
-                 (f"{per_rank:g} MiB per rank" if per_rank is not None else "largest size measured"))
+    # One panel per op; colour = bits, line = element type, dotted = model.
+    colours = {8: "tab:blue", 4: "tab:orange", 2: "tab:green", 0: "tab:grey"}
+    ops = sorted({key[0] for key in lines})
+    fig, axes = plt.subplots(1, max(1, len(ops)), figsize=(6 * max(1, len(ops)), 4.8), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        for (o, dtype, bits, model), points in sorted(lines.items()):
+            if o != op:
+                continue
+            points.sort()
+            style = ":" if model else ("-" if dtype == "float" else "--")
+            ax.plot([p[0] for p in points], [p[1] for p in points], style, color=colours.get(bits, "black"),
+                    marker="x" if model else ("o" if dtype == "float" else "s"),
+                    label=f"{dtype} " + (f"{bits}-bit" if bits else "identity") + (" (model)" if model else ""))
+        ax.set_xscale("log")
+        ax.set_xlabel("link rate per rank (Gbit/s)")
+        ax.set_ylabel("speedup over the uncompressed exchange")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(f"{op}, " + (f"{per_rank:g} MiB per rank" if per_rank is not None else "largest size"))
     fig.tight_layout()
     fig.savefig(out / "speedup.png", dpi=120)
 
