@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Sharded training of a character-level language model with quantized weights and gradients
+// (examples/fsdp_train/README.md): FSDP over qsdp's collectives, in-process ranks (threads) by
+// default, MPI processes with --mpi.
+//
+//   qsdp_fsdp_train [--weights fp32|stochastic8|random_shift8|nearest8|...] [--grads
+//   fp32|stochastic8|...]
+//                   [--ranks 4] [--steps 3000] [--batch 256] [--lr 3e-3] [--seed 1] [--bucket 1024]
+//                   [--data /usr/share/games/fortunes] [--eval-every 250] [--val-examples 8192]
+//                   [--hidden 384] [--embed 16] [--context 16] [--log FILE.csv] [--mpi]
+//
+// Prints progress every --eval-every steps and a final line
+//   final: steps S train T val V val_quantized Q seconds X
+// (train: mean loss of the last eval window's batches; val: validation loss with the exact master
+// weights; val_quantized: with the weights through the training's weight quantizer). --log writes
+// step,train,val rows for plots.
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include <qsdp/communicator.hpp>
+#if QSDP_EXAMPLE_MPI
+#include <mpi.h>
+
+#include <qsdp/mpi.hpp>
+#endif
+
+#include "data.hpp"
+#include "fsdp.hpp"
+
+namespace {
+
+struct options {
+  std::string weights = "fp32", grads = "fp32";
+  int ranks = 4;
+  long steps = 3000;
+  std::size_t batch = 256;
+  float lr = 3e-3f;
+  std::uint64_t seed = 1;
+  std::size_t bucket = 1024;
+  std::string data = "/usr/share/games/fortunes";
+  long eval_every = 250;
+  std::size_t val_examples = 8192;
+  fsdp_train::model_config model;
+  std::string log;
+  bool mpi = false;
+};
+
+[[noreturn]] void bad(const std::string& message) {
+  throw std::invalid_argument("qsdp_fsdp_train: " + message +
+                              " (see the top of examples/fsdp_train/train.cpp)");
+}
+
+long number(const char* flag, const std::string& text, long lo, long hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || v < lo || v > hi)
+    bad(std::string(flag) + " " + text + ": expected an integer in [" + std::to_string(lo) + ", " +
+        std::to_string(hi) + "]");
+  return v;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--mpi") {
+      o.mpi = true;
+      continue;
+    }
+    if (i + 1 >= argc) bad(flag + " needs a value");
+    const std::string v = argv[++i];
+    if (flag == "--weights")
+      o.weights = v;
+    else if (flag == "--grads")
+      o.grads = v;
+    else if (flag == "--ranks")
+      o.ranks = static_cast<int>(number("--ranks", v, 1, 256));
+    else if (flag == "--steps")
+      o.steps = number("--steps", v, 1, 100000000);
+    else if (flag == "--batch")
+      o.batch = static_cast<std::size_t>(number("--batch", v, 1, 1 << 20));
+    else if (flag == "--lr") {
+      o.lr = std::strtof(v.c_str(), nullptr);
+      if (!(o.lr > 0 && o.lr < 1)) bad("--lr " + v + ": expected a rate in (0, 1)");
+    } else if (flag == "--seed")
+      o.seed = static_cast<std::uint64_t>(number("--seed", v, 0, 1L << 40));
+    else if (flag == "--bucket")
+      o.bucket = static_cast<std::size_t>(number("--bucket", v, 1, 1 << 24));
+    else if (flag == "--data")
+      o.data = v;
+    else if (flag == "--eval-every")
+      o.eval_every = number("--eval-every", v, 1, 100000000);
+    else if (flag == "--val-examples")
+      o.val_examples = static_cast<std::size_t>(number("--val-examples", v, 1, 1 << 24));
+    else if (flag == "--hidden")
+      o.model.hidden = static_cast<int>(number("--hidden", v, 1, 1 << 16));
+    else if (flag == "--embed")
+      o.model.embed = static_cast<int>(number("--embed", v, 1, 1024));
+    else if (flag == "--context")
+      o.model.context = static_cast<int>(number("--context", v, 1, 1024));
+    else if (flag == "--log")
+      o.log = v;
+    else
+      bad("unknown option " + flag);
+  }
+  return o;
+}
+
+template <class Comm>
+void train(Comm& comm, const options& o, const fsdp_train::corpus& text) {
+  const int rank = comm.rank(), world = comm.size();
+  if (o.batch % static_cast<std::size_t>(world) != 0)
+    bad("--batch " + std::to_string(o.batch) + " is not a multiple of the " +
+        std::to_string(world) + " ranks");
+  fsdp_train::fsdp_model<Comm> model(comm, o.model, o.seed, o.weights, o.grads, o.bucket);
+  const fsdp_train::batch validation =
+      fsdp_train::validation_batch(text.validation, o.model.context, o.val_examples, rank, world);
+  std::FILE* log = nullptr;
+  if (rank == 0) {
+    std::printf(
+        "qsdp_fsdp_train: %zu parameters in 3 layers, %d rank(s), weights %s, grads %s, %ld steps "
+        "of "
+        "%zu examples; %zu train / %zu validation characters from %zu file(s) of %s\n",
+        model.parameter_count(), world, o.weights.c_str(), o.grads.c_str(), o.steps, o.batch,
+        text.train.size(), text.validation.size(), text.files, o.data.c_str());
+    if (!o.log.empty()) {
+      log = std::fopen(o.log.c_str(), "w");
+      if (!log)
+        throw std::runtime_error("--log " + o.log + ": cannot write: " + std::strerror(errno));
+      std::fprintf(log, "step,train,val\n");
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  fsdp_train::adam_config adam;
+  adam.lr = o.lr;
+  double window = 0, last_train = 0;
+  long in_window = 0;
+  double val = 0;
+  for (long step = 0; step < o.steps; ++step) {
+    const fsdp_train::batch local =
+        fsdp_train::training_batch(text.train, o.model.context, o.batch, o.seed,
+                                   static_cast<std::uint64_t>(step), rank, world);
+    window += model.train_step(local, o.batch, adam, static_cast<std::uint64_t>(step),
+                               static_cast<std::uint64_t>(o.steps));
+    ++in_window;
+    if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) {
+      last_train = window / static_cast<double>(in_window);
+      window = 0;
+      in_window = 0;
+      val = model.evaluate(validation, true);
+      if (!std::isfinite(val) || !std::isfinite(last_train))
+        throw std::runtime_error("training diverged at step " + std::to_string(step + 1) +
+                                 " (loss " + std::to_string(last_train) + ", validation " +
+                                 std::to_string(val) + ")");
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (rank == 0) {
+        std::printf("step %6ld/%ld  train %.4f  val %.4f  (%.1f s)\n", step + 1, o.steps,
+                    last_train, val, seconds);
+        std::fflush(stdout);
+        if (log) std::fprintf(log, "%ld,%.6f,%.6f\n", step + 1, last_train, val);
+      }
+    }
+  }
+  const double val_quantized = model.evaluate(validation, false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (rank == 0) {
+    std::printf("final: steps %ld train %.4f val %.4f val_quantized %.4f seconds %.1f\n", o.steps,
+                last_train, val, val_quantized, seconds);
+    if (log) std::fclose(log);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool mpi = false;
+  int status = 0;
+  try {
+    const options o = parse(argc, argv);
+    fsdp_train::with_policy(o.weights, o.bucket,
+                            [](const auto&) {});  // bad names fail before any work
+    fsdp_train::with_policy(o.grads, o.bucket, [](const auto&) {});
+    const fsdp_train::corpus text = fsdp_train::load_corpus(o.data, 0.1, 10000);
+    if (o.mpi) {
+#if QSDP_EXAMPLE_MPI
+      MPI_Init(&argc, &argv);
+      mpi = true;
+      qsdp::mpi_communicator comm(MPI_COMM_WORLD);
+      train(comm, o, text);
+#else
+      bad("--mpi: this build has no MPI (install libopenmpi-dev and reconfigure)");
+#endif
+    } else {
+      qsdp::run_local(
+          o.ranks, [&](qsdp::local_communicator& comm) { train(comm, o, text); },
+          qsdp::local_options{.timeout = std::chrono::minutes(5)});
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    status = 1;
+  }
+#if QSDP_EXAMPLE_MPI
+  if (mpi) {
+    if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
+    MPI_Finalize();
+  }
+#endif
+  (void)mpi;
+  return status;
+}
