@@ -39,7 +39,7 @@ for spec in "${runs[@]}"; do
   file="${out}/$(tr ' ,' '__' <<<"${name}").csv"
   echo "run_table.sh: ${name} (weights ${weights}, grads ${grads}) ..." >&2
   final=$("${bin}" --weights "${weights}" --grads "${grads}" --steps "${steps}" --log "${file}" "${extra[@]}" |
-          tee /dev/stderr | grep '^final:')
+          tee -a /dev/stderr | grep '^final:')
   read -r _ _ s _ train _ val _ valq _ secs <<<"${final}"
   rows+=("| ${name} | ${weights} | ${grads} | ${train} | ${val} | ${valq} | ${secs} |")
 done
