@@ -111,12 +111,12 @@ inline void dense_backward(const float* in, const float* w, const float* dout,
       // reduction.
       const float* row = w + k * n_dim;
       float lanes[8] = {};
-      std::size_t n = 0;
-      for (; n + 8 <= n_dim; n += 8)
+      const std::size_t vector_end = n_dim - n_dim % 8;
+      for (std::size_t n = 0; n < vector_end; n += 8)
         for (std::size_t j = 0; j < 8; ++j) lanes[j] += d[n + j] * row[n + j];
       float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                   ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-      for (; n < n_dim; ++n) sum += d[n] * row[n];
+      for (std::size_t n = vector_end; n < n_dim; ++n) sum += d[n] * row[n];
       din[b * k_dim + k] = sum;
     }
   }
