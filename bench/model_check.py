@@ -14,13 +14,7 @@ standard library.
 import json
 import sys
 
-from plot_bench import rate_gbps
-
-ELEMENT_BYTES = {"float": 4, "bf16": 2, "half": 2}
-
-
-def per_rank_mib(d, row):
-    return row["count"] * ELEMENT_BYTES[d["dtype"]] / 2**20
+from plot_bench import per_rank_mib, rate_gbps
 
 
 def main(argv):

@@ -19,6 +19,14 @@ from collections import defaultdict
 from pathlib import Path
 
 
+ELEMENT_BYTES = {"float": 4, "bf16": 2, "half": 2}
+
+
+def per_rank_mib(run, row):
+    """MiB of input per rank of one row of a --json file (count values of the run's type)."""
+    return row["count"] * ELEMENT_BYTES[run["dtype"]] / 2**20
+
+
 def rate_gbps(link):
     """'1gbit' / '500mbit' / {'rate_gbps': 10} -> Gbit/s, or None."""
     if not link:
@@ -63,14 +71,12 @@ def main(argv):
         print("plot_bench.py: nothing to plot", file=sys.stderr)
         return 1
 
-    element_bytes = {"float": 4, "bf16": 2, "half": 2}
-
     def chosen(r):
         """The row of --per-rank-mib, else the largest; None if the file lacks that size."""
         if per_rank is None:
             return max(r["rows"], key=lambda row: row["size"])
         for row in r["rows"]:
-            if abs(row["count"] * element_bytes[r["dtype"]] / 2**20 - per_rank) < 1e-9:
+            if abs(per_rank_mib(r, row) - per_rank) < 1e-9:
                 return row
         return None
 

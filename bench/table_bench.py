@@ -12,9 +12,7 @@ it every size is listed. Model files are marked "(model)". Needs only the standa
 import json
 import sys
 
-from plot_bench import rate_gbps
-
-ELEMENT_BYTES = {"float": 4, "bf16": 2, "half": 2}
+from plot_bench import per_rank_mib, rate_gbps
 
 
 def main(argv):
@@ -37,7 +35,7 @@ def main(argv):
             link_text += " (model)"
         policy = data["quantizer"]
         for r in data["rows"]:
-            mib = r["count"] * ELEMENT_BYTES[data["dtype"]] / 2**20
+            mib = per_rank_mib(data, r)
             if per_rank is not None and abs(mib - per_rank) > 1e-9:
                 continue
             key = (gbps or 0, data["op"], data["dtype"], policy.split("<")[0], -data.get("bits", 0), mib)
