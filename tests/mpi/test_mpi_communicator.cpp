@@ -5,6 +5,7 @@
 // summed over ranks at the end. Run under mpiexec with any number of ranks (ctest: mpi.communicator.np*).
 #include <qsdp/mpi.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -53,7 +54,8 @@ std::byte pattern(int from, int to, std::size_t n, std::size_t i) {
   return static_cast<std::byte>(x & 0xff);
 }
 
-/// An all-gather through detail::mpi_all_gather_bytes (chunk = 0: the communicator's own entry point).
+/// An all-gather through detail::mpi_all_gather_bytes (chunk = 0: the communicator's own entry point),
+/// with the communicator's options (blocking, or polled against a timeout).
 /// Every rank verifies every block. With in_place the rank's block is written into recv beforehand and
 /// send points at it.
 void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t chunk, bool in_place) {
@@ -74,7 +76,7 @@ void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t ch
   }
   try {
     if (chunk == 0) comm.all_gather_bytes(from, recv, n);
-    else qsdp::detail::mpi_all_gather_bytes(comm.native(), rank, size, from, recv, n, chunk);
+    else qsdp::detail::mpi_all_gather_bytes(comm.native(), rank, size, from, recv, n, chunk, comm.options());
   } catch (const std::exception& e) {
     check(false, what + ": threw " + e.what());
     return;
@@ -105,7 +107,7 @@ void test_all_to_all(qsdp::mpi_communicator& comm, std::size_t n, std::size_t ch
   std::byte* recv = buffer.data() + guard;
   try {
     if (chunk == 0) comm.all_to_all_bytes(send.data(), recv, n);
-    else qsdp::detail::mpi_all_to_all_bytes(comm.native(), size, send.data(), recv, n, chunk);
+    else qsdp::detail::mpi_all_to_all_bytes(comm.native(), size, send.data(), recv, n, chunk, comm.options());
   } catch (const std::exception& e) {
     check(false, what + ": threw " + e.what());
     return;
@@ -228,6 +230,83 @@ void test_construction(MPI_Comm world) {
   }
 }
 
+/// mpi_options: defaults, refusals, and the accessors.
+void test_options(MPI_Comm world) {
+  const qsdp::mpi_options defaults;
+  check(defaults.timeout.count() == 0 && defaults.abort_on_timeout, "mpi_options defaults: no limit, abort");
+  qsdp::mpi_communicator plain(world);
+  check(plain.options().timeout.count() == 0 && plain.usable(), "a communicator without options has no limit");
+  qsdp::mpi_communicator timed(world, {.timeout = std::chrono::milliseconds(1500), .abort_on_timeout = false});
+  check(timed.options().timeout.count() == 1500 && !timed.options().abort_on_timeout,
+        "options() returns the options given");
+  check_throws([&] { qsdp::mpi_communicator c(world, {.timeout = std::chrono::milliseconds(-1)}); },
+               "options.timeout is -1 ms; expected 0 (no limit) or 1..86400000 ms", "negative timeout");
+  check_throws([&] { qsdp::mpi_communicator c(world, {.timeout = std::chrono::hours(25)}); },
+               "options.timeout is 90000000 ms", "timeout above mpi_max_timeout");
+  check_throws([] { qsdp::mpi_communicator c(MPI_COMM_NULL, {.timeout = std::chrono::seconds(1)}); },
+               "MPI_COMM_NULL", "MPI_COMM_NULL with options");
+}
+
+/// A timeout with abort_on_timeout = false, made real without hanging the job: rank 0 alone starts an
+/// all-gather on a duplicate of world and must get qsdp::mpi_timeout_error after the timeout, after which
+/// its communicator refuses every exchange. The other ranks join that all-gather only afterwards, so the
+/// call rank 0 abandoned (still pending in MPI) completes and nothing is left waiting at MPI_Finalize.
+void test_timeout_throws(MPI_Comm world) {
+  int rank = -1, size = -1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  if (size < 2) return;  // one rank alone never waits
+  MPI_Comm dup;
+  MPI_Comm_dup(world, &dup);
+  constexpr std::size_t n = 8;
+  // MPI may write into these after the timed-out call returned (the reason they are static: never freed).
+  static std::byte send[n];
+  static std::byte recv[n * 64];
+  for (std::size_t i = 0; i < n; ++i) send[i] = pattern(rank, -1, n, i);
+  const auto timeout = std::chrono::milliseconds(300);
+  qsdp::mpi_communicator comm(dup, {.timeout = timeout, .abort_on_timeout = false});
+  if (rank == 0) {
+    (void)comm.workspace().get(1000);  // moved away at the timeout: MPI may still write into it
+    const auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      comm.all_gather_bytes(send, recv, n);
+    } catch (const qsdp::mpi_timeout_error& e) {
+      message = e.what();
+    } catch (const std::exception& e) {
+      check(false, std::string("timed-out all_gather_bytes threw something other than mpi_timeout_error: ") +
+                       e.what());
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    const std::string expected = "qsdp::mpi_communicator::all_gather_bytes: rank 0 of " + std::to_string(size) +
+                                 ": MPI_Iallgather of 8 bytes per rank did not complete within 300 ms";
+    check(message.find(expected) != std::string::npos,
+          "timeout message '" + message + "' lacks '" + expected + "'");
+    check(message.find("unusable") != std::string::npos, "timeout message says the communicator is unusable");
+    check(waited >= timeout, "the timeout error comes after the timeout");
+    check(!comm.usable(), "a timed-out communicator is unusable");
+    check_throws([&] { comm.all_to_all_bytes(send, recv, n); }, "this communicator is unusable",
+                 "all_to_all_bytes after a timeout");
+    check(comm.workspace().capacity() == 0, "the workspace MPI may write into was set aside");
+  }
+  MPI_Barrier(world);  // rank 0 has timed out; now the others join its abandoned all-gather
+  if (rank != 0) {
+    try {
+      comm.all_gather_bytes(send, recv, n);
+      std::size_t wrong = 0;
+      for (int r = 0; r < size; ++r)
+        for (std::size_t i = 0; i < n; ++i)
+          if (recv[static_cast<std::size_t>(r) * n + i] != pattern(r, -1, n, i)) ++wrong;
+      check(wrong == 0, "the late ranks complete the abandoned all-gather (" + std::to_string(wrong) +
+                            " wrong bytes)");
+    } catch (const std::exception& e) {
+      check(false, std::string("late all_gather_bytes threw ") + e.what());
+    }
+  }
+  MPI_Barrier(world);  // progresses rank 0's abandoned request too
+  MPI_Comm_free(&dup);
+}
+
 /// MPI error codes become qsdp::error naming the call and MPI's message.
 void test_error_messages() {
   char text[MPI_MAX_ERROR_STRING];
@@ -277,6 +356,15 @@ int main(int argc, char** argv) {
     test_exchanges(world);
     test_zero_bytes_with_null_buffers(world);
     test_bad_arguments(world);
+    test_options(MPI_COMM_WORLD);
+    test_timeout_throws(MPI_COMM_WORLD);
+
+    // The same exchanges, each MPI call non-blocking and polled against a timeout, with the same
+    // results; the test_all_* helpers pass the options on to the chunked path too.
+    qsdp::mpi_communicator timed(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(30)});
+    test_exchanges(timed);
+    test_zero_bytes_with_null_buffers(timed);
+    test_bad_arguments(timed);
 
     // A sub-communicator (ranks split by parity, reversed order): rank(), size() and the exchanges
     // follow the wrapped communicator, not MPI_COMM_WORLD.
