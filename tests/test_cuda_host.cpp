@@ -91,3 +91,30 @@ TEST_CASE("nccl_communicator refuses a null communicator") {
 #endif
 
 #endif  // QSDP_TEST_CUDA_RUNTIME
+
+#if QSDP_TEST_CUDA_RUNTIME && QSDP_TEST_NCCL
+#include <chrono>
+
+TEST_CASE("nccl_options: defaults, and out-of-range values refused before the comm is touched") {
+  using namespace std::chrono_literals;
+  const qsdp::nccl_options defaults;
+  CHECK(defaults.timeout == 10min);
+  CHECK(defaults.poll_interval == 100us);
+  CHECK(defaults.abort_on_error);
+  // The options are checked first, so a null comm shows that nothing reached NCCL.
+  CHECK(error_of([] { qsdp::nccl_communicator comm(nullptr, {.timeout = -1ms}); }) ==
+        "qsdp::nccl_communicator: timeout is -1 ms; expected >= 0 (0 waits without limit)");
+  CHECK(error_of([] { qsdp::nccl_communicator comm(nullptr, {.poll_interval = -3us}); }) ==
+        "qsdp::nccl_communicator: poll_interval is -3 us; expected 0 to 60000000 us (0 polls "
+        "continuously)");
+  CHECK(error_of([] {
+          qsdp::nccl_communicator comm(nullptr, {.timeout = 0ms, .abort_on_error = false});
+        }) == "qsdp::nccl_communicator: comm is null; expected an initialised ncclComm_t");
+}
+
+TEST_CASE("nccl_result_name names every NCCL result, and unknown ones by number") {
+  CHECK(qsdp::detail::nccl_result_name(ncclRemoteError) == "ncclRemoteError");
+  CHECK(qsdp::detail::nccl_result_name(ncclInProgress) == "ncclInProgress");
+  CHECK(qsdp::detail::nccl_result_name(static_cast<ncclResult_t>(42)) == "ncclResult_t 42");
+}
+#endif  // QSDP_TEST_CUDA_RUNTIME && QSDP_TEST_NCCL

@@ -7,97 +7,320 @@
 // errors (a peer died, a network failure) are polled before every exchange and by
 // check_async_error(). Needs the CUDA runtime and NCCL headers, not nvcc; link NCCL::nccl and
 // CUDA::cudart.
+//
+// Faults (nccl_options sets the limits):
+// * An asynchronous error (ncclCommGetAsyncError: a peer died, a network or CUDA failure) is found
+//   before the next exchange, by check_async_error() or while synchronize() waits. The communicator
+//   is then aborted (ncclCommAbort, unless abort_on_error is off) and a qsdp::error names NCCL's
+//   error, its string and ncclGetLastError.
+// * synchronize(stream) waits for the stream's work on the host while polling for asynchronous
+//   errors, so a dead peer is an error instead of a hang. Past nccl_options::timeout (a rank that
+//   never joined the collective) it aborts the communicator and throws "timed out".
+// * Non-blocking communicators (ncclConfig_t::blocking = 0): an ncclInProgress result (of the
+//   initialisation, ncclGroupEnd or a collective) is not an error: the wrapper polls
+//   ncclCommGetAsyncError until the enqueue has finished, within the same timeout.
+// * After an abort the wrapper no longer touches the handle: its exchanges, check_async_error() and
+//   synchronize() throw a qsdp::error saying the communicator was aborted, and native() is null.
+//   ncclCommAbort freed the ncclComm_t, so the caller, who still holds it, must neither use nor
+//   ncclCommDestroy it again; rank(), size() and device() keep answering.
+// The one wait the device collectives make themselves (the first call of a new signature checks on
+// the host that all ranks agree) goes through synchronize(), so it is watched too; otherwise nothing
+// waits on the host: call synchronize() where the training loop waits for its step.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "communicator.hpp"
 #include "config.hpp"
 #include "detail/cuda/runtime.hpp"
+#include "detail/watchdog.hpp"
 #include "device_communicator.hpp"
 
 namespace qsdp {
 
 namespace detail {
 
-inline void nccl_check(ncclResult_t r, ncclComm_t comm, const char* call, const char* where) {
-  if (r == ncclSuccess) return;
+/// "<where>: <call> failed: <ncclGetErrorString> (<ncclGetLastError>)".
+inline std::string nccl_failure(ncclResult_t r, ncclComm_t comm, const char* call,
+                                const char* where) {
   std::string message = std::string(where) + ": " + call + " failed: " + ncclGetErrorString(r);
   const char* last = comm ? ncclGetLastError(comm) : nullptr;
   if (last && *last) message += std::string(" (") + last + ")";
-  throw qsdp::error(message);
+  return message;
+}
+
+inline void nccl_check(ncclResult_t r, ncclComm_t comm, const char* call, const char* where) {
+  if (r != ncclSuccess) throw qsdp::error(nccl_failure(r, comm, call, where));
+}
+
+/// The enumerator's name ("ncclRemoteError"), which ncclGetErrorString does not give.
+inline std::string nccl_result_name(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return "ncclResult_t " + std::to_string(static_cast<int>(r));
+  }
 }
 
 }  // namespace detail
+
+/// How an nccl_communicator waits and what it does on a fault.
+struct nccl_options {
+  /// Longest blocking wait (synchronize(), and an ncclInProgress enqueue of a non-blocking
+  /// communicator); 0 waits without limit, still polling asynchronous errors. 10 minutes, PyTorch's
+  /// NCCL default: longer than a first call that opens connections, or a rank held up by a
+  /// checkpoint or its data loader, yet a rank that never arrives ends the job in minutes rather
+  /// than holding its machines until the scheduler's wall-clock limit.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  /// Longest sleep between two polls of the stream and of ncclCommGetAsyncError (0 to 1 min). A
+  /// poll is two driver calls of about a microsecond, so 100 us costs the host about 1% of a core
+  /// while adding at most 100 us to a wait; the first sleeps are shorter (1 us, doubling).
+  std::chrono::microseconds poll_interval{100};
+  /// On an asynchronous error or a timeout, call ncclCommAbort before throwing: NCCL documents a
+  /// communicator with an error as unusable, and aborting frees its kernels and its peers'
+  /// resources. Off: the qsdp::error is thrown and the caller decides what to do with the handle.
+  bool abort_on_error = true;
+};
 
 class nccl_communicator {
  public:
   static constexpr memory_space memory = memory_space::device;
 
-  /// Wraps `comm`, which the caller keeps owning (and destroys after this object). Queries rank,
-  /// size and device once.
-  explicit nccl_communicator(ncclComm_t comm) : comm_(comm) {
+  /// Wraps `comm`, which the caller keeps owning (and destroys after this object, unless a
+  /// qsdp::error said the communicator was aborted: then ncclCommAbort has freed it). Checks the
+  /// options, waits for a non-blocking communicator's initialisation to finish (an asynchronous
+  /// error found meanwhile is handled as in synchronize()), then queries rank, size and device.
+  /// Use one wrapper per communicator, from one host thread at a time, as NCCL requires.
+  explicit nccl_communicator(ncclComm_t comm, nccl_options options = {})
+      : comm_(comm), options_(options) {
     constexpr const char* where = "qsdp::nccl_communicator";
+    detail::check_watchdog_settings(watchdog(), where);
     if (comm == nullptr)
       throw qsdp::error(std::string(where) + ": comm is null; expected an initialised ncclComm_t");
+    wait_while_in_progress(where);
     detail::nccl_check(ncclCommUserRank(comm, &rank_), comm, "ncclCommUserRank", where);
     detail::nccl_check(ncclCommCount(comm, &size_), comm, "ncclCommCount", where);
     detail::nccl_check(ncclCommCuDevice(comm, &device_), comm, "ncclCommCuDevice", where);
+  }
+  nccl_communicator(const nccl_communicator&) = delete;
+  nccl_communicator& operator=(const nccl_communicator&) = delete;
+  ~nccl_communicator() {
+    if (done_event_) (void)cudaEventDestroy(done_event_);
   }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   int device() const noexcept { return device_; }
+  /// The wrapped handle; null once the communicator was aborted (ncclCommAbort freed it).
   ncclComm_t native() const noexcept { return comm_; }
+  const nccl_options& options() const noexcept { return options_; }
+  /// Whether this wrapper has called ncclCommAbort on the handle.
+  bool aborted() const noexcept { return aborted_; }
   device_state& state() noexcept { return state_; }
   std::uint64_t next_call() noexcept { return calls_++; }
 
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
     constexpr const char* where = "qsdp::nccl_communicator::all_gather_bytes";
-    check_async_error();
-    detail::nccl_check(ncclAllGather(send, recv, n, ncclUint8, comm_, stream), comm_,
-                       "ncclAllGather", where);
+    prepare_exchange(where);
+    const ncclResult_t result = ncclAllGather(send, recv, n, ncclUint8, comm_, stream);
+    if (result == ncclInProgress)
+      wait_while_in_progress(where);
+    else
+      detail::nccl_check(result, comm_, "ncclAllGather", where);
   }
 
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
     constexpr const char* where = "qsdp::nccl_communicator::all_to_all_bytes";
-    check_async_error();
+    prepare_exchange(where);
     detail::nccl_check(ncclGroupStart(), comm_, "ncclGroupStart", where);
+    // A non-blocking communicator may answer ncclInProgress to the calls in the group as well as to
+    // ncclGroupEnd: the enqueue goes on in the background, and is awaited below.
+    const auto fine = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
     ncclResult_t result = ncclSuccess;
-    for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
+    for (int peer = 0; peer < size_ && fine(result); ++peer) {
       const std::size_t offset = static_cast<std::size_t>(peer) * n;
       result = ncclSend(send + offset, n, ncclUint8, peer, comm_, stream);
-      if (result == ncclSuccess)
-        result = ncclRecv(recv + offset, n, ncclUint8, peer, comm_, stream);
+      if (fine(result)) result = ncclRecv(recv + offset, n, ncclUint8, peer, comm_, stream);
     }
     const ncclResult_t ended = ncclGroupEnd();  // always close the group, even after a failed call
-    detail::nccl_check(result, comm_, "ncclSend/ncclRecv", where);
-    detail::nccl_check(ended, comm_, "ncclGroupEnd", where);
+    if (!fine(result)) detail::nccl_check(result, comm_, "ncclSend/ncclRecv", where);
+    if (!fine(ended)) detail::nccl_check(ended, comm_, "ncclGroupEnd", where);
+    if (result == ncclInProgress || ended == ncclInProgress) wait_while_in_progress(where);
   }
 
-  /// Throws if NCCL has recorded an asynchronous error on the communicator (never blocks).
-  void check_async_error() const {
-    ncclResult_t async = ncclSuccess;
-    detail::nccl_check(ncclCommGetAsyncError(comm_, &async), comm_, "ncclCommGetAsyncError",
-                       "qsdp::nccl_communicator");
-    if (async != ncclSuccess && async != ncclInProgress)
-      detail::nccl_check(async, comm_, "an earlier NCCL operation (asynchronous error)",
-                         "qsdp::nccl_communicator");
+  /// Throws if NCCL has recorded an asynchronous error on the communicator (never blocks), after
+  /// aborting it when options().abort_on_error.
+  void check_async_error() {
+    constexpr const char* where = "qsdp::nccl_communicator";
+    require_not_aborted(where);
+    (void)usable_async_state(where);
+  }
+
+  /// Blocks until the work queued on `stream` before this call has completed (stream-ordered work
+  /// of any kind, this communicator's collectives included), polling ncclCommGetAsyncError every
+  /// options().poll_interval at most. Throws a qsdp::error on an asynchronous error ("asynchronous
+  /// error", naming ncclGetErrorString and ncclGetLastError) or when options().timeout passes
+  /// ("timed out"), after aborting the communicator when options().abort_on_error; then also
+  /// reports a bad packet that a decoding kernel found on this communicator. `stream` must belong
+  /// to device() and not be under CUDA graph capture.
+  void synchronize(cudaStream_t stream) {
+    constexpr const char* where = "qsdp::nccl_communicator::synchronize";
+    require_not_aborted(where);
+    const int stream_device = detail::cuda::stream_device(stream, where);
+    if (stream_device != device_)
+      throw qsdp::error(std::string(where) + ": the stream belongs to device " +
+                        std::to_string(stream_device) + ", the communicator to device " +
+                        std::to_string(device_));
+    if (detail::cuda::capturing(stream, where))
+      throw qsdp::error(std::string(where) +
+                        ": the stream is being captured into a CUDA graph, where nothing may wait "
+                        "on the host; synchronize after launching the graph");
+    cudaEvent_t event = completion_event(where);
+    // A non-blocking communicator may still be enqueueing work the caller started on the handle
+    // directly: record the event only once that is in the stream, or it would complete too early.
+    bool recorded = false;
+    const auto done = [&] {
+      if (!recorded) {
+        if (async_state(where) == ncclInProgress) return false;
+        detail::cuda::check(cudaEventRecord(event, stream), "cudaEventRecord", where);
+        recorded = true;
+      }
+      const cudaError_t e = cudaEventQuery(event);
+      if (e == cudaErrorNotReady) return false;
+      detail::cuda::check(e, "cudaEventQuery", where);
+      return true;
+    };
+    detail::wait_with_watchdog(
+        done, [&] { return describe_async_error(where); },
+        [&](const std::string& failure) { return abort_communicator(failure); }, watchdog(), where);
+    state_.failures.poll(where, "the packet from rank");  // the kernels have all finished now
   }
 
  private:
+  detail::watchdog_settings watchdog() const noexcept {
+    return {.timeout = options_.timeout,
+            .poll_interval = options_.poll_interval,
+            .abort_on_failure = options_.abort_on_error};
+  }
+
+  /// Throws, naming what failed first, once this wrapper has aborted the communicator: the handle
+  /// is freed, and touching it could crash instead of failing.
+  void require_not_aborted(const char* where) const {
+    if (aborted_)
+      throw qsdp::error(
+          std::string(where) +
+          ": the communicator was aborted (ncclCommAbort) after an earlier failure (" +
+          abort_reason_ + "); create a new ncclComm_t and nccl_communicator");
+  }
+
+  ncclResult_t async_state(const char* where) const {
+    ncclResult_t async = ncclSuccess;
+    detail::nccl_check(ncclCommGetAsyncError(comm_, &async), comm_, "ncclCommGetAsyncError", where);
+    return async;
+  }
+
+  /// The asynchronous error, described for the watchdog; nothing while there is none.
+  std::optional<std::string> describe_async_error(const char* where) const {
+    const ncclResult_t async = async_state(where);
+    if (async == ncclSuccess || async == ncclInProgress) return std::nullopt;
+    std::string text = "ncclCommGetAsyncError reports " + detail::nccl_result_name(async) + ": " +
+                       ncclGetErrorString(async);
+    const char* last = ncclGetLastError(comm_);
+    if (last && *last) text += std::string(" (ncclGetLastError: ") + last + ")";
+    return text;
+  }
+
+  /// The asynchronous state if it is not an error (ncclSuccess or ncclInProgress); otherwise
+  /// aborts when configured and throws the message check_async_error() has always thrown.
+  ncclResult_t usable_async_state(const char* where) {
+    const ncclResult_t async = async_state(where);
+    if (async == ncclSuccess || async == ncclInProgress) return async;
+    std::string message =
+        detail::nccl_failure(async, comm_, "an earlier NCCL operation (asynchronous error)", where);
+    if (!options_.abort_on_error) throw qsdp::error(message + "; " + detail::not_aborted_note);
+    try {
+      message += "; " + abort_communicator(message);
+    } catch (const qsdp::error& e) {
+      message += std::string("; aborting the communicator failed too: ") + e.what();
+    }
+    throw qsdp::error(message);
+  }
+
+  /// Before an exchange: no asynchronous error, and no enqueue of a non-blocking communicator
+  /// still in progress (NCCL forbids a new call until it has finished).
+  void prepare_exchange(const char* where) {
+    require_not_aborted(where);
+    if (usable_async_state("qsdp::nccl_communicator") == ncclInProgress)
+      wait_while_in_progress(where);
+  }
+
+  /// Polls until a non-blocking communicator has finished its pending initialisation or enqueue
+  /// (returns at once for a blocking one), watched like synchronize().
+  void wait_while_in_progress(const char* where) {
+    detail::wait_with_watchdog(
+        [&] { return async_state(where) != ncclInProgress; },
+        [&] { return describe_async_error(where); },
+        [&](const std::string& failure) { return abort_communicator(failure); }, watchdog(), where);
+  }
+
+  /// Calls ncclCommAbort and forgets the handle, which it frees; returns the note for the message.
+  std::string abort_communicator(const std::string& reason) {
+    aborted_ = true;  // set first: whatever ncclCommAbort answers, the handle is not used again
+    abort_reason_ = reason;
+    const ncclResult_t result = ncclCommAbort(std::exchange(comm_, nullptr));
+    if (result != ncclSuccess)
+      throw qsdp::error(std::string("ncclCommAbort failed: ") + ncclGetErrorString(result) +
+                        "; the ncclComm_t is in an unknown state: neither use nor destroy it");
+    return "the communicator was aborted with ncclCommAbort, which freed the ncclComm_t: do not "
+           "use or destroy it again";
+  }
+
+  /// The event synchronize() records, created on first use on the communicator's device.
+  cudaEvent_t completion_event(const char* where) {
+    if (done_event_) return done_event_;
+    int current = 0;
+    detail::cuda::check(cudaGetDevice(&current), "cudaGetDevice", where);
+    if (current != device_) detail::cuda::check(cudaSetDevice(device_), "cudaSetDevice", where);
+    const cudaError_t created = cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming);
+    if (current != device_) (void)cudaSetDevice(current);
+    detail::cuda::check(created, "cudaEventCreateWithFlags", where);
+    return done_event_;
+  }
+
   ncclComm_t comm_;
+  nccl_options options_;
   int rank_ = 0;
   int size_ = 0;
   int device_ = 0;
   std::uint64_t calls_ = 0;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  cudaEvent_t done_event_ = nullptr;
   device_state state_;
 };
 

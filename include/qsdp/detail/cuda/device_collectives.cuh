@@ -80,7 +80,10 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
   check(cudaMemcpyAsync(all.data(), scratch + sizeof mine, all.size(), cudaMemcpyDeviceToHost,
                         stream),
         "cudaMemcpyAsync", where);
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  // A communicator with a watchdog (nccl_communicator::synchronize) waits with it, so a peer that
+  // died before this first call is an error after its timeout rather than a hang here.
+  if constexpr (requires { comm.synchronize(stream); }) comm.synchronize(stream);
+  else check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
   check_descriptors(all.data(), comm.size(), where);
   state.remember(&mine);
 }
