@@ -300,7 +300,9 @@ QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const encode_pla
   for (std::size_t j = vector_end; j < n; ++j) {
     const double offset =
         PerValueOffset ? static_cast<double>(uniform_from_half(halves[j])) : p.offset;
-    double t = fma_d(static_cast<double>(x[j]) - p.origin, p.inverse_step, offset);
+    float value;  // the caller's buffer may sit at any byte offset: x[j] would be a misaligned load
+    std::memcpy(&value, x + j, sizeof value);
+    double t = fma_d(static_cast<double>(value) - p.origin, p.inverse_step, offset);
     out[j] = static_cast<std::uint8_t>(floor_nonnegative(clamp_d(t, 0.0, p.top)));
   }
 }
@@ -308,8 +310,9 @@ QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const encode_pla
 /// The decoders: value = fma(code + shift, step, base) (affine), or (code + shift) * step (scaled, for
 /// symmetric, whose scalar form is a product), then optionally clamped to [lo, hi] in double.
 struct decode_plan {
-  bool product;  // true: (code + shift) * step; false: fma(code + shift, step, base)
-  double shift;
+  bool product;  // true: (code + shift + fraction) * step; false: fma(code + shift + fraction, step, base)
+  double shift;     // an integer, so code + shift is exact
+  double fraction;  // added second, as the scalar decode does: (code - 1) + shift for random_shift
   double step;
   double base;
   bool clamp;
@@ -318,7 +321,8 @@ struct decode_plan {
 };
 
 QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const decode_plan& p) {
-  const __m256d c = _mm256_add_pd(_mm256_cvtepi32_pd(codes32), _mm256_set1_pd(p.shift));
+  const __m256d c = _mm256_add_pd(_mm256_add_pd(_mm256_cvtepi32_pd(codes32), _mm256_set1_pd(p.shift)),
+                                  _mm256_set1_pd(p.fraction));
   __m256d v = p.product ? _mm256_mul_pd(c, _mm256_set1_pd(p.step))
                         : _mm256_fmadd_pd(c, _mm256_set1_pd(p.step), _mm256_set1_pd(p.base));
   if (p.clamp) {
@@ -329,7 +333,7 @@ QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const decode_plan& p) {
 }
 
 QSDP_AVX2_INLINE double decode1(std::uint8_t code, const decode_plan& p) {
-  const double c = static_cast<double>(code) + p.shift;
+  const double c = (static_cast<double>(code) + p.shift) + p.fraction;
   double v = p.product ? c * p.step : fma_d(c, p.step, p.base);
   if (p.clamp) v = clamp_d(v, p.lo, p.hi);
   return v;
@@ -373,7 +377,7 @@ struct range_grid_plan {
   }
   static decode_plan decoder(const Q&, const range_meta& m) {
     const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / Q::levels;
-    return {false, 0.0, step, m.min, false, 0.0, 0.0};
+    return {false, 0.0, 0.0, step, m.min, false, 0.0, 0.0};
   }
 };
 
@@ -391,7 +395,7 @@ struct plan<symmetric<B>> {
     return {0.0, abs_max > 0.0f ? center / static_cast<double>(abs_max) : 0.0, center + 0.5, 2.0 * center};
   }
   static decode_plan decoder(const symmetric<B>&, const float& abs_max) {
-    return {true, -center, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
+    return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
   }
 };
 
@@ -404,9 +408,11 @@ struct plan<random_shift<B>> {
             Q::intervals + 1.0};
   }
   static decode_plan decoder(const Q&, const shifted_range_meta& m) {
-    // (code - 1) + shift is exact in double, so adding (shift - 1) once gives the same value.
+    // (code - 1) + shift in two steps, like the scalar decode: adding (shift - 1) at once is the same
+    // for the shifts an encoder draws (multiples of 2^-24), but not for any float a damaged or hostile
+    // packet may hold (a shift of 1e-38 vanishes in shift - 1), and the paths must agree on every packet.
     const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / Q::intervals;
-    return {false, static_cast<double>(m.shift) - 1.0, step, m.min, true, -float_max, float_max};
+    return {false, -1.0, static_cast<double>(m.shift), step, m.min, true, -float_max, float_max};
   }
 };
 
