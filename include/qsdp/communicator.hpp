@@ -82,9 +82,11 @@ class breakable_barrier {
  public:
   /// `owner` names the communicator in messages.
   explicit breakable_barrier(int parties, const char* owner = "qsdp::local_communicator")
-      : parties_(parties), owner_(owner) {}
+      : parties_(parties), owner_(owner), present_(static_cast<std::size_t>(parties), false) {}
 
-  void arrive_and_wait(std::chrono::milliseconds timeout) {
+  /// Waits until all parties arrived (returns), the barrier is broken, or `timeout` passed (throws
+  /// qsdp::error; the message names the ranks that had not arrived, which are the ones to look at).
+  void arrive_and_wait(int rank, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     if (departed_ > 0 && !broken_) {
       broken_ = true;
@@ -94,8 +96,10 @@ class breakable_barrier {
     }
     throw_if_broken();
     const std::uint64_t generation = generation_;
+    present_[static_cast<std::size_t>(rank)] = true;
     if (++arrived_ == parties_) {
       arrived_ = 0;
+      std::fill(present_.begin(), present_.end(), false);
       ++generation_;
       cv_.notify_all();
       return;
@@ -105,8 +109,9 @@ class breakable_barrier {
     throw_if_broken();
     if (!released) {
       broken_ = true;
-      reason_ = "a rank did not reach the collective within " + std::to_string(timeout.count()) +
-                " ms (it returned early, hangs, or called another collective)";
+      reason_ = "rank" + absent_ranks() + " did not reach the collective within " +
+                std::to_string(timeout.count()) +
+                " ms (local_options::timeout; it returned early, hangs, or called another collective)";
       cv_.notify_all();
       throw_if_broken();
     }
@@ -134,6 +139,17 @@ class breakable_barrier {
   }
 
  private:
+  /// " 1" or "s 1, 3": the ranks that have not arrived in the current generation.
+  std::string absent_ranks() const {
+    std::string list;
+    int absent = 0;
+    for (std::size_t r = 0; r < present_.size(); ++r) {
+      if (present_[r]) continue;
+      list += (absent++ ? ", " : " ") + std::to_string(r);
+    }
+    return absent > 1 ? "s" + list : list;
+  }
+
   void throw_if_broken() const {
     if (broken_) throw qsdp::error(std::string(owner_) + ": collective abandoned: " + reason_);
   }
@@ -148,6 +164,7 @@ class breakable_barrier {
   std::uint64_t generation_ = 0;
   bool broken_ = false;
   std::string reason_;
+  std::vector<bool> present_;  // who has arrived in the current generation
 };
 
 /// What the threads of one run_local share: the barrier and each rank's posted send buffer.
@@ -165,9 +182,22 @@ struct local_world {
 
 /// Options of run_local.
 struct local_options {
-  /// How long a rank waits in a collective for the others before every rank gets a qsdp::error.
+  /// How long a rank waits in a collective for the others before every rank gets a qsdp::error that
+  /// names the missing ranks. A rank that throws or returns releases the others at once; the timeout
+  /// is for a rank that is stuck (or just slow: make it longer than the slowest rank's work between
+  /// two collectives). 1 ms .. 24 h.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
+
+namespace detail {
+
+inline void check_local_timeout(std::chrono::milliseconds timeout, const char* where) {
+  if (timeout.count() < 1 || timeout > std::chrono::hours(24))
+    throw qsdp::error(std::string(where) + ": options.timeout is " + std::to_string(timeout.count()) +
+                      " ms; expected 1 ms .. 24 h");
+}
+
+}  // namespace detail
 
 /// One rank of an in-process world (ranks are threads of run_local). Host memory.
 class local_communicator {
@@ -199,7 +229,7 @@ class local_communicator {
   void exchange(const std::byte* send, std::size_t bytes, const char* what, Read&& read) {
     world_->posted[static_cast<std::size_t>(rank_)] = send;
     world_->posted_bytes[static_cast<std::size_t>(rank_)] = bytes;
-    world_->barrier.arrive_and_wait(world_->timeout);
+    world_->barrier.arrive_and_wait(rank_, world_->timeout);
     for (int peer = 0; peer < size(); ++peer) {
       const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
       if (theirs != bytes) {
@@ -212,7 +242,7 @@ class local_communicator {
       }
     }
     for (int peer = 0; peer < size(); ++peer) read(peer, world_->posted[static_cast<std::size_t>(peer)]);
-    world_->barrier.arrive_and_wait(world_->timeout);
+    world_->barrier.arrive_and_wait(rank_, world_->timeout);
   }
 
   detail::local_world* world_;
@@ -261,6 +291,7 @@ template <class Fn>
 void run_local(int world, Fn&& fn, local_options options = {}) {
   if (world < 1)
     throw qsdp::error("qsdp::run_local: world is " + std::to_string(world) + "; expected >= 1");
+  detail::check_local_timeout(options.timeout, "qsdp::run_local");
   detail::local_world shared(world, options.timeout);
   detail::run_rank_threads(world, shared.barrier, [&](int rank) {
     local_communicator comm(shared, rank);

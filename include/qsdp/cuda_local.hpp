@@ -127,7 +127,7 @@ class cuda_local_communicator {
     world_->posted[me] = send;
     world_->posted_bytes[me] = bytes;
     checked(cudaEventRecord(world_->ready[me], stream), "cudaEventRecord");
-    world_->barrier.arrive_and_wait(world_->timeout);
+    world_->barrier.arrive_and_wait(rank_, world_->timeout);
     for (int peer = 0; peer < size(); ++peer) {
       const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
       if (theirs != bytes)
@@ -140,7 +140,7 @@ class cuda_local_communicator {
       checked(read(peer, world_->posted[p]), "cudaMemcpyAsync");
     }
     checked(cudaEventRecord(world_->done[me], stream), "cudaEventRecord");
-    world_->barrier.arrive_and_wait(world_->timeout);
+    world_->barrier.arrive_and_wait(rank_, world_->timeout);
     for (std::size_t p = 0; p < world_->done.size(); ++p)
       checked(cudaStreamWaitEvent(stream, world_->done[p], 0), "cudaStreamWaitEvent");
   }
@@ -165,6 +165,7 @@ void run_local_cuda(int world, Fn&& fn, local_options options = {}) {
   if (world < 1)
     throw qsdp::error(std::string(where) + ": world is " + std::to_string(world) +
                       "; expected >= 1");
+  detail::check_local_timeout(options.timeout, where);
   int device = 0;
   detail::cuda::check(cudaGetDevice(&device), "cudaGetDevice", where);
   detail::cuda_local_world shared(world, device, options.timeout);
