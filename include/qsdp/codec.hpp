@@ -272,6 +272,15 @@ void decode_accumulate(const Q& q, const std::byte* packet, std::size_t count, f
   detail::accumulate_range(q, packet, l, count, 0, count, acc);
 }
 
+/// acc[i] += decoded value i, for a packet of acc.size() values, with the packet buffer's size checked
+/// too: a truncated packet, or a header that claims more than the buffer holds, throws qsdp::error.
+template <class Q>
+void decode_accumulate(const Q& q, std::span<const std::byte> packet, std::span<float> acc) {
+  const detail::packet_layout l = detail::validated_layout(q, packet.data(), acc.size(), -1,
+                                                           packet.size(), "qsdp::decode_accumulate");
+  detail::accumulate_range(q, packet.data(), l, acc.size(), 0, acc.size(), acc.data());
+}
+
 /// acc[i] += the sum over packets of decoded value i, for `packet_count` packets of `count` values each,
 /// stored back to back (as all_to_all_bytes delivers them). Works through the output in L1-sized chunks,
 /// reading each packet's chunk once and keeping the accumulator in cache; the sum runs in packet order.

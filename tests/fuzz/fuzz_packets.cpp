@@ -1,0 +1,493 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The packet fuzzer: feeds arbitrary bytes to the receiving side of the codec (header validation,
+// decode, decode_accumulate) and arbitrary values to the sending side (encode), for every built-in
+// policy at every bit width, identity, and two user-defined policies, into every element type.
+//
+// A packet comes from another process, so nothing in it may turn into a read or write outside the
+// buffers (AddressSanitizer), undefined behaviour (UBSan), or a value the documented guarantees rule
+// out. Beyond "no crash", every input checks properties that a bug would break:
+//   - a packet is accepted only if its layout fits in the buffer it came in;
+//   - a refused packet leaves the destination untouched;
+//   - the AVX2 and the baseline loops decode (and encode) to the same bits;
+//   - decode_accumulate into zeros equals decode, and the multi-packet decode_accumulate equals the
+//     single-packet one applied packet by packet (same order, same bits);
+//   - a bucket flagged non-finite decodes to NaN;
+//   - encoding: a bucket holding NaN/inf decodes to NaN, a finite bucket of a built-in policy decodes
+//     to finite values, a bucket of equal values decodes exactly.
+// A broken property prints what broke and aborts, which libFuzzer reports as a crash with the input.
+//
+// Input layout (so that the seed corpus and a reader of a crash file can make sense of it):
+//   byte 0      policy (index into policy_list below, modulo its length)
+//   byte 1      bits 0-1: element type (float, double, __half, __nv_bfloat16)
+//               bits 2-3: operation (0, 3: decode + decode_accumulate of one packet;
+//                         1: decode_accumulate of several packets; 2: encode then decode)
+//               bits 4-5: packet count - 1 for operation 1
+//               bit 6:    the decoder expects what the header says (count, bucket size);
+//                         else bytes 2-9 say what it expects
+//               bit 7:    operation 2 also encodes from a buffer one byte off alignment
+//   bytes 2-5   expected count (little-endian uint32)
+//   bytes 6-9   expected bucket size (little-endian uint32)
+//   bytes 10-   the packet(s), or for operation 2 the values to encode
+#include <qsdp/codec.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "fuzz_packets.hpp"
+
+namespace qsdp_fuzz {
+namespace {
+
+/// A user policy with a non-trivial decode: sign and a power-of-two fraction of the bucket's abs-max.
+struct power_of_two {
+  static constexpr int bits = 4;
+  static constexpr bool randomized = false;
+  static constexpr std::uint32_t wire_tag = 0x506f7732;
+  std::size_t bucket_size = 128;
+  using meta_type = float;
+  QSDP_HOST_DEVICE meta_type fit(const qsdp::bucket_stats& s) const { return s.abs_max; }
+  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float) const {
+    if (!(m > 0.0f) || x == 0.0f) return 0;
+    const double ratio = std::abs(double(x)) / m;
+    const double k = std::round(-std::log2(ratio));
+    if (!(k <= 6.0)) return 0;
+    const auto step = static_cast<std::uint32_t>(k < 0.0 ? 0.0 : k);
+    return (x < 0 ? 8u : 0u) | (step + 1);
+  }
+  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {
+    if ((code & 7u) == 0) return 0.0f;
+    const float magnitude = std::ldexp(m, -static_cast<int>((code & 7u) - 1));
+    return code & 8u ? -magnitude : magnitude;
+  }
+};
+
+/// A randomized user policy with 16-byte metadata (the largest allowed).
+struct stochastic_sign {
+  static constexpr int bits = 1;
+  static constexpr bool randomized = true;
+  std::size_t bucket_size = 64;
+  std::uint64_t seed = 5;
+  qsdp::call_counter calls{};
+  struct meta_type {
+    float magnitude, unused[3];
+  };
+  QSDP_HOST_DEVICE meta_type fit(const qsdp::bucket_stats& s) const { return {s.abs_max, {}}; }
+  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {
+    const float p_up = m.magnitude > 0 ? (x / m.magnitude + 1) / 2 : 0.5f;
+    return u < p_up ? 1u : 0u;
+  }
+  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {
+    return code ? m.magnitude : -m.magnitude;
+  }
+};
+
+template <class Q>
+inline constexpr bool is_builtin = qsdp::detail::wire_id<Q>() != 0;
+
+/// Every policy the fuzzer drives: 8 + 8 + 8 + 7 built-in widths, identity, two user policies.
+template <int... B>
+auto builtin_policies(std::integer_sequence<int, B...>) {
+  return std::tuple_cat(std::tuple<qsdp::uniform<B + 1>...>{}, std::tuple<qsdp::stochastic<B + 1>...>{},
+                        std::tuple<qsdp::symmetric<B + 1>...>{});
+}
+template <int... B>
+auto shifted_policies(std::integer_sequence<int, B...>) {
+  return std::tuple<qsdp::random_shift<B + 2>...>{};
+}
+using policy_list = decltype(std::tuple_cat(builtin_policies(std::make_integer_sequence<int, 8>{}),
+                                            shifted_policies(std::make_integer_sequence<int, 7>{}),
+                                            std::tuple<qsdp::identity, power_of_two, stochastic_sign>{}));
+inline constexpr std::size_t policy_count = std::tuple_size_v<policy_list>;
+
+/// Calls fn(Q{}) for the index-th policy of policy_list.
+template <class Fn, std::size_t... I>
+void with_policy(std::size_t index, Fn&& fn, std::index_sequence<I...>) {
+  ((index == I ? (fn(std::tuple_element_t<I, policy_list>{}), 0) : 0), ...);
+}
+template <class Fn>
+void with_policy(std::size_t index, Fn&& fn) {
+  with_policy(index % policy_count, fn, std::make_index_sequence<policy_count>{});
+}
+
+template <class Fn>
+void with_element(unsigned selector, Fn&& fn) {
+  switch (selector & 3u) {
+    case 0: fn(float{}); break;
+    case 1: fn(double{}); break;
+#if QSDP_HAS_CUDA_HALF
+    case 2: fn(__half{}); break;
+    case 3: fn(__nv_bfloat16{}); break;
+#else
+    default: fn(float{}); break;
+#endif
+  }
+}
+
+[[noreturn]] void broken(const std::string& what) {
+  std::fprintf(stderr, "qsdp fuzz: property broken: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+/// Largest number of values a decoder is asked for: bounds the fuzzer's allocations. 2^15 one-bit values
+/// are 4 KiB, the longest input scripts/fuzz.sh allows, so every count a packet can hold gets decoded;
+/// larger claims go through validation alone, which must refuse them.
+constexpr std::size_t max_values = std::size_t{1} << 15;
+
+std::uint32_t read_u32(const std::uint8_t* p) {
+  return std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 |
+         std::uint32_t(p[3]) << 24;
+}
+
+/// An exactly sized heap copy: one byte past it is outside any allocation, so AddressSanitizer sees an
+/// over-read of a truncated packet.
+struct exact_buffer {
+  explicit exact_buffer(std::span<const std::uint8_t> bytes)
+      : size(bytes.size()), data(std::make_unique<std::byte[]>(bytes.size())) {
+    if (size) std::memcpy(data.get(), bytes.data(), size);
+  }
+  std::span<const std::byte> span() const { return {data.get(), size}; }
+  std::size_t size;
+  std::unique_ptr<std::byte[]> data;
+};
+
+template <class T>
+std::uint64_t bits_of(T v) {
+  if constexpr (sizeof(T) == 8) return std::bit_cast<std::uint64_t>(v);
+  else if constexpr (sizeof(T) == 4) return std::bit_cast<std::uint32_t>(v);
+  else return std::bit_cast<std::uint16_t>(v);
+}
+
+template <class T>
+float to_f(T v) {
+  return qsdp::detail::element_traits<T>::to_float(v);
+}
+
+/// "" when a and b hold the same bits, else where and how they first differ.
+template <class T>
+std::string bit_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (bits_of(a[i]) == bits_of(b[i])) continue;
+    char text[160];
+    std::snprintf(text, sizeof text, " at %zu of %zu: %.9g (bits %llx) against %.9g (bits %llx)", i,
+                  a.size(), double(to_f(a[i])), static_cast<unsigned long long>(bits_of(a[i])),
+                  double(to_f(b[i])), static_cast<unsigned long long>(bits_of(b[i])));
+    return text;
+  }
+  return "";
+}
+
+/// Runs fn with the baseline loops forced, then restores the dispatch.
+template <class Fn>
+void on_baseline(Fn&& fn) {
+  qsdp::detail::host_force_baseline = true;
+  try {
+    fn();
+  } catch (...) {
+    qsdp::detail::host_force_baseline = false;
+    throw;
+  }
+  qsdp::detail::host_force_baseline = false;
+}
+
+/// A decoder of policy Q configured as the input says: bucket size from the header or from bytes 6-9.
+template <class Q>
+Q decoder_for(const std::uint8_t* prefix, bool from_header, std::span<const std::uint8_t> packet) {
+  Q q{};
+  if constexpr (!qsdp::detail::is_identity<Q>) {
+    std::uint64_t bucket = read_u32(prefix + 6);
+    if (from_header && packet.size() >= sizeof(qsdp::detail::packet_header)) {
+      std::memcpy(&bucket, packet.data() + offsetof(qsdp::detail::packet_header, bucket_size),
+                  sizeof bucket);
+    }
+    // 0 and sizes beyond 2^56 are refused by the codec itself (checked below); keep them.
+    q.bucket_size = static_cast<std::size_t>(bucket);
+  }
+  return q;
+}
+
+std::uint64_t expected_count(const std::uint8_t* prefix, bool from_header,
+                             std::span<const std::uint8_t> packet) {
+  if (from_header && packet.size() >= sizeof(qsdp::detail::packet_header)) {
+    std::uint64_t count;
+    std::memcpy(&count, packet.data() + offsetof(qsdp::detail::packet_header, count), sizeof count);
+    return count;
+  }
+  return read_u32(prefix + 2);
+}
+
+/// Validation alone, for counts too large to allocate: whatever it accepts must fit in the buffer.
+template <class Q, class T>
+void validate_only(const Q& q, const exact_buffer& packet, std::uint64_t count) {
+  try {
+    const auto l = qsdp::detail::validated_layout(
+        q, packet.data.get(), static_cast<std::size_t>(count),
+        static_cast<int>(qsdp::detail::element_traits<T>::tag), packet.size, "fuzz");
+    if (l.total > packet.size)
+      broken("validated_layout accepted a packet of " + std::to_string(l.total) +
+             " bytes in a buffer of " + std::to_string(packet.size));
+  } catch (const qsdp::error&) {
+  }
+}
+
+/// Operation 0: one packet through decode and decode_accumulate, on both code paths.
+template <class Q, class T>
+void decode_one(const Q& q, const exact_buffer& packet, std::size_t count) {
+  const T sentinel = qsdp::detail::element_traits<T>::from_float(-12345.0f);
+  std::vector<T> fast(count, sentinel);
+  bool accepted = true;
+  try {
+    qsdp::decode(q, packet.span(), std::span<T>(fast));
+  } catch (const qsdp::error&) {
+    accepted = false;
+  }
+  if (!accepted) {
+    for (const T& v : fast)
+      if (bits_of(v) != bits_of(sentinel)) broken("a refused packet wrote into the destination");
+  }
+  std::vector<T> slow(count, sentinel);
+  bool slow_accepted = true;
+  try {
+    on_baseline([&] { qsdp::decode(q, packet.span(), std::span<T>(slow)); });
+  } catch (const qsdp::error&) {
+    slow_accepted = false;
+  }
+  if (accepted != slow_accepted) broken("the AVX2 and baseline decoders disagree on validity");
+
+  std::vector<float> acc(count, 0.0f);
+  bool accumulated = true;
+  try {
+    qsdp::decode_accumulate(q, packet.span(), std::span<float>(acc));
+  } catch (const qsdp::error&) {
+    accumulated = false;
+  }
+  if (!accepted) return;
+  if (const auto d = bit_difference(fast, slow); !d.empty())
+    broken("the AVX2 and baseline decoders produce different values" + d);
+
+  // The layout the decoder used: the buffer must hold it, and its non-finite flags must show as NaN.
+  const auto l = qsdp::detail::validated_layout(
+      q, packet.data.get(), count, static_cast<int>(qsdp::detail::element_traits<T>::tag),
+      packet.size, "fuzz");
+  if (l.total > packet.size) broken("an accepted packet is larger than its buffer");
+  if constexpr (!qsdp::detail::is_identity<Q>) {
+    const auto* flags = reinterpret_cast<const std::uint8_t*>(packet.data.get() + l.flags_offset);
+    for (std::size_t b = 0; b < l.buckets; ++b) {
+      if (!(flags[b / 8] & (1u << (b % 8)))) continue;
+      const std::size_t end = std::min(count, (b + 1) * q.bucket_size);
+      for (std::size_t i = b * q.bucket_size; i < end; ++i)
+        if (!std::isnan(to_f(fast[i]))) broken("a bucket flagged non-finite decoded to a number");
+    }
+  }
+  // decode_accumulate reads the same packet (identity: only as its own element type).
+  if (!accumulated) broken("decode accepted a packet that decode_accumulate refused");
+  if constexpr (std::is_same_v<T, float>) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const bool both_nan = std::isnan(acc[i]) && std::isnan(fast[i]);
+      if (!both_nan && acc[i] != 0.0f + fast[i])
+        broken("decode_accumulate into zeros differs from decode at " + std::to_string(i));
+    }
+  }
+}
+
+/// Operation 1: several packets through the multi-packet decode_accumulate, which must equal the
+/// single-packet call applied packet by packet. Like a collective's receiver, the caller knows the
+/// packet size from its own parameters and only calls with a buffer that holds them all.
+template <class Q, class T>
+void decode_many(const Q& q, const exact_buffer& packets, std::size_t count, std::size_t packet_count) {
+  std::size_t packet_bytes = 0;
+  try {
+    packet_bytes = qsdp::compressed_size<T>(q, count);
+  } catch (const qsdp::error&) {
+    return;  // the receiver's own parameters are invalid; nothing to receive
+  }
+  if (packets.size < packet_bytes * packet_count) return;
+  std::vector<float> together(count, 1.0f);
+  bool accepted = true;
+  try {
+    qsdp::decode_accumulate(q, packets.data.get(), packet_count, count, together.data());
+  } catch (const qsdp::error&) {
+    accepted = false;
+  }
+  std::vector<float> one_by_one(count, 1.0f);
+  bool each_accepted = true;
+  try {
+    for (std::size_t p = 0; p < packet_count; ++p)
+      qsdp::decode_accumulate(q, packets.span().subspan(p * packet_bytes, packet_bytes),
+                              std::span<float>(one_by_one));
+  } catch (const qsdp::error&) {
+    each_accepted = false;
+  }
+  if constexpr (qsdp::detail::is_identity<Q>) {
+    // Identity packets of different element types are each valid alone but not together.
+    if (accepted && !each_accepted) broken("multi-packet decode_accumulate accepted a bad packet");
+  } else {
+    if (accepted != each_accepted)
+      broken("multi-packet and single-packet decode_accumulate disagree on validity");
+  }
+  if (!accepted) {
+    for (float v : together)
+      if (v != 1.0f) broken("a refused packet list changed the accumulator");
+    return;
+  }
+  if (const auto d = bit_difference(together, one_by_one); !d.empty())
+    broken("multi-packet decode_accumulate differs from packet-by-packet accumulation" + d);
+}
+
+/// Operation 2: arbitrary values through encode and decode.
+template <class Q, class T>
+void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_size, bool misaligned) {
+  const std::size_t count = std::min(bytes.size() / sizeof(T), max_values);
+  std::vector<T> values(count);
+  if (count) std::memcpy(values.data(), bytes.data(), count * sizeof(T));
+  if constexpr (!qsdp::detail::is_identity<Q>) q.bucket_size = bucket_size;
+  std::size_t size = 0;
+  try {
+    size = qsdp::compressed_size<T>(q, count);
+  } catch (const qsdp::error&) {
+    if constexpr (!qsdp::detail::is_identity<Q>) {
+      if (bucket_size >= 1) broken("compressed_size refused bucket size " + std::to_string(bucket_size));
+    }
+    return;
+  }
+  const qsdp::rng_position position{bytes.size(), 3};
+  std::vector<std::byte> fast(size), slow(size);
+  qsdp::encode(q, values.data(), count, fast.data(), position);
+  on_baseline([&] { qsdp::encode(q, values.data(), count, slow.data(), position); });
+  if (fast != slow) broken("the AVX2 and baseline encoders wrote different packets");
+  if (misaligned && count > 0) {
+    // The same values one byte off their alignment (buffers at any byte offset are supported): the
+    // packet must not change, and UBSan reports any load that assumed alignment.
+    std::vector<std::byte> shifted(count * sizeof(T) + 1), packet(size);
+    std::memcpy(shifted.data() + 1, values.data(), count * sizeof(T));
+    const T* odd = reinterpret_cast<const T*>(shifted.data() + 1);
+    qsdp::encode(q, odd, count, packet.data(), position);
+    if (packet != fast) broken("encoding from a misaligned buffer wrote a different packet");
+    on_baseline([&] { qsdp::encode(q, odd, count, packet.data(), position); });
+    if (packet != fast) broken("baseline encoding from a misaligned buffer wrote a different packet");
+  }
+
+  std::vector<T> decoded(count);
+  qsdp::decode(q, std::span<const std::byte>(fast), std::span<T>(decoded));
+  if constexpr (qsdp::detail::is_identity<Q>) {
+    if (const auto d = bit_difference(values, decoded); !d.empty())
+      broken("identity changed a value" + d);
+  } else {
+    for (std::size_t begin = 0; begin < count; begin += q.bucket_size) {
+      const std::size_t end = std::min(count, begin + q.bucket_size);
+      bool finite = true, equal = true;
+      for (std::size_t i = begin; i < end; ++i) {
+        finite = finite && std::isfinite(to_f(values[i]));
+        equal = equal && to_f(values[i]) == to_f(values[begin]);
+      }
+      for (std::size_t i = begin; i < end; ++i) {
+        const float y = to_f(decoded[i]);
+        if (!finite && !std::isnan(y))
+          broken("a bucket holding NaN or inf decoded to a number at " + std::to_string(i));
+        if constexpr (is_builtin<Q>) {
+          if (finite && !std::isfinite(y))
+            broken("finite values decoded to " + std::to_string(y) + " at " + std::to_string(i));
+          if (finite && equal && y != to_f(values[i]))
+            broken("a bucket of equal values did not decode exactly at " + std::to_string(i));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int run_one_input(const std::uint8_t* data, std::size_t size) {
+  constexpr std::size_t prefix_bytes = 10;
+  if (size < prefix_bytes) return 0;
+  const std::uint8_t* prefix = data;
+  const unsigned mode = prefix[1];
+  const unsigned operation = (mode >> 2) & 3u;
+  const bool from_header = (mode & 0x40u) != 0;
+  const std::span<const std::uint8_t> payload(data + prefix_bytes, size - prefix_bytes);
+
+  with_policy(prefix[0], [&](auto policy) {
+    using Q = decltype(policy);
+    with_element(mode, [&](auto element) {
+      using T = decltype(element);
+      if (operation == 2) {
+        round_trip<Q, T>(policy, payload, read_u32(prefix + 6) % 4097, (mode & 0x80u) != 0);
+        return;
+      }
+      const Q q = decoder_for<Q>(prefix, from_header, payload);
+      const std::uint64_t count = expected_count(prefix, from_header, payload);
+      const exact_buffer packets(payload);
+      if (count > max_values) {
+        validate_only<Q, T>(q, packets, count);
+      } else if (operation == 1) {
+        decode_many<Q, T>(q, packets, static_cast<std::size_t>(count), ((mode >> 4) & 3u) + 1);
+      } else {
+        decode_one<Q, T>(q, packets, static_cast<std::size_t>(count));
+      }
+    });
+  });
+  return 0;
+}
+
+std::vector<std::vector<std::uint8_t>> seed_inputs() {
+  std::vector<std::vector<std::uint8_t>> seeds;
+  auto prefix = [](std::size_t policy, unsigned mode, std::uint32_t count, std::uint32_t bucket) {
+    std::vector<std::uint8_t> p(10);
+    p[0] = static_cast<std::uint8_t>(policy);
+    p[1] = static_cast<std::uint8_t>(mode);
+    for (int k = 0; k < 4; ++k) {
+      p[2 + k] = static_cast<std::uint8_t>(count >> (8 * k));
+      p[6 + k] = static_cast<std::uint8_t>(bucket >> (8 * k));
+    }
+    return p;
+  };
+  for (std::size_t index = 0; index < policy_count; ++index) {
+    with_policy(index, [&](auto policy) {
+      using Q = decltype(policy);
+      for (unsigned element = 0; element < 4; ++element) {
+        with_element(element, [&](auto tag) {
+          using T = decltype(tag);
+          // Values with a spread, a NaN bucket and an all-equal bucket; 3 buckets of 16 and a tail.
+          constexpr std::size_t count = 53, bucket = 16;
+          std::vector<T> values(count);
+          for (std::size_t i = 0; i < count; ++i)
+            values[i] = qsdp::detail::element_traits<T>::from_float(
+                std::sin(0.7f * static_cast<float>(i)) * 3.0f);
+          values[20] = qsdp::detail::element_traits<T>::from_float(NAN);
+          for (std::size_t i = 32; i < 48; ++i) values[i] = values[31];
+          Q q = policy;
+          if constexpr (!qsdp::detail::is_identity<Q>) q.bucket_size = bucket;
+          std::vector<std::byte> packet(qsdp::compressed_size<T>(q, count));
+          qsdp::encode(q, values.data(), count, packet.data(), qsdp::rng_position{1, 0});
+          const auto* raw = reinterpret_cast<const std::uint8_t*>(packet.data());
+          // Operation 0, expectation from the header; operation 1 with three packets; operation 2.
+          auto single = prefix(index, element | 0x40u, count, bucket);
+          single.insert(single.end(), raw, raw + packet.size());
+          seeds.push_back(single);
+          auto many = prefix(index, element | (1u << 2) | (2u << 4), count, bucket);
+          for (int p = 0; p < 3; ++p) many.insert(many.end(), raw, raw + packet.size());
+          seeds.push_back(many);
+          auto encode = prefix(index, element | (2u << 2) | 0x80u, count, bucket);
+          const auto* bytes = reinterpret_cast<const std::uint8_t*>(values.data());
+          encode.insert(encode.end(), bytes, bytes + count * sizeof(T));
+          seeds.push_back(encode);
+        });
+      }
+    });
+  }
+  return seeds;
+}
+
+}  // namespace qsdp_fuzz
