@@ -2,7 +2,7 @@
 # Builds the libFuzzer packet fuzzer with clang (preset "fuzz") and runs it (docs/reliability.md).
 #
 #   scripts/fuzz.sh [seconds] [libFuzzer options...]     default 60 seconds, one process
-#   scripts/fuzz.sh 3600 -jobs=2 -workers=2              a longer run on two cores
+#   scripts/fuzz.sh 3600 -runs=12000000                  the long run (docs/reliability.md)
 #
 # New inputs go to build/fuzz/run/corpus (tests/fuzz/corpus, the committed seeds, is only read); a crash
 # leaves its input in build/fuzz/run/ and fails the script. After fixing the bug, copy that input into
