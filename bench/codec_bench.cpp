@@ -29,7 +29,7 @@ const std::vector<T>& input() {
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
     std::vector<T> v(g_values);
-    for (auto& x : v) x = qsdp::detail::element_traits<T>::from_float(normal(rng));
+    for (auto& x : v) x = qsdp::from_float<T>(normal(rng));
     return v;
   }();
   return data;
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   register_policy("identity", qsdp::identity{});
 
   std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s\n", g_values,
-              g_values * 4.0 / 1048576, qsdp::detail::host_codec_isa());
+              g_values * 4.0 / 1048576, qsdp::host_codec_isa());
   median_collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();

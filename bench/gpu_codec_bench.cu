@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <qsdp/codec.hpp>
-#include <qsdp/collectives.hpp>  // device_expectation: to time reduce-scatter's fused kernel alone
+#include <qsdp/collectives.hpp>  // reduce_sink: to time reduce-scatter's fused kernel alone
 
 namespace {
 
@@ -173,8 +173,8 @@ void bm_reduce(benchmark::State& state, const std::string& name, Q q) {
                  qsdp::rng_position{0, static_cast<std::uint32_t>(r)}, cudaStream_t{});
   thrust::device_vector<T> out(shard);
   const qsdp::detail::header_expectation want =
-      qsdp::detail::cuda::device_expectation<Q, T>(q, shard);
-  auto* failure = qsdp::detail::cuda::codec_failures(0).device_record("bench");
+      qsdp::detail::expectation_for<T>(q, shard);
+  auto* failure = qsdp::detail::cuda::codec_failures(0).device_record("bench", qsdp::detail::cuda::describe_bad_header);
   T* o = thrust::raw_pointer_cast(out.data());
   run_timed(
       state, name,

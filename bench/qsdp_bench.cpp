@@ -165,7 +165,7 @@ codec_times time_codec(const options& o, const Q& q, std::size_t count, int rank
   t.add_s = median_seconds([&](int k) {
     auto& acc = sums[static_cast<std::size_t>(k)];
     const auto& in = inputs[static_cast<std::size_t>(k)];
-    for (std::size_t i = 0; i < count; ++i) acc[i] += qsdp::detail::element_traits<T>::to_float(in[i]);
+    for (std::size_t i = 0; i < count; ++i) acc[i] += qsdp::to_float(in[i]);
   });
   return t;
 }
@@ -236,7 +236,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
                 [&](const T* s, T* d, std::size_t n) { collective(comm, qsdp::identity{}, o.op, s, d, n); });
       const std::vector<row> rows = run_sweep(r, o, q);
       report(o, policy, comm.rank(), comm.size(), rows);
-    }, qsdp::local_options{.timeout = std::chrono::minutes(10)});
+    }, qsdp::fault_options{.timeout = std::chrono::minutes(10)});
     return;
   }
 #if QSDP_BENCH_MPI

@@ -23,6 +23,8 @@
 #include <qsdp/codec.hpp>
 #include <qsdp/quantizers.hpp>
 
+#include "codec_instances.hpp"  // the codec's loops, compiled once (tests/support)
+
 namespace qsdp_bench {
 
 #if QSDP_BENCH_NCCL
@@ -245,7 +247,7 @@ std::vector<T> make_input(std::size_t n, int rank, op_kind op) {
     // Weights for all_gather; gradients (small, with rare outliers) for the reductions.
     const float value = op == op_kind::all_gather ? 0.02f * normal(rng)
                                                   : (rng() % 97 == 0 ? 1.0f : 1e-3f) * normal(rng);
-    x = qsdp::detail::element_traits<T>::from_float(value);
+    x = qsdp::from_float<T>(value);
   }
   return v;
 }
@@ -322,8 +324,8 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
       r.fetch(result, exact);
       double err = 0, norm = 0, worst = 0;
       for (std::size_t i = 0; i < out_count; ++i) {
-        const double a = qsdp::detail::element_traits<T>::to_float(result[i]);
-        const double b = qsdp::detail::element_traits<T>::to_float(exact[i]);
+        const double a = qsdp::to_float(result[i]);
+        const double b = qsdp::to_float(exact[i]);
         err += (a - b) * (a - b);
         norm += b * b;
         worst = std::max(worst, std::abs(a - b));

@@ -82,20 +82,19 @@ double median_seconds(F&& f, int repeats) {
 
 template <class T>
 void run(const options& o) {
-  using traits = qsdp::detail::element_traits<T>;
   std::printf("qsdp codec demo: %zu %s values (%.1f MiB), %s data, bucket %zu, host path %s\n\n",
               o.size, o.dtype.c_str(), o.size * sizeof(T) / 1048576.0, o.data.c_str(), o.bucket,
-              qsdp::detail::host_codec_isa());
+              qsdp::host_codec_isa());
   std::mt19937 rng(2023);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<T> x(o.size);
   for (auto& v : x) {
     float f = normal(rng);
     if (o.data == "gradient") f = (rng() % 1000 == 0) ? 50.0f * f : 1e-3f * f;
-    v = traits::from_float(f);
+    v = qsdp::from_float<T>(f);
   }
   double norm2 = 0;
-  for (const auto& v : x) norm2 += double(traits::to_float(v)) * traits::to_float(v);
+  for (const auto& v : x) norm2 += double(qsdp::to_float(v)) * qsdp::to_float(v);
 
   std::vector<T> copy(o.size), y(o.size);
   const int repeats = 5;
@@ -113,13 +112,13 @@ void run(const options& o) {
     const double dec_s = median_seconds([&] { qsdp::decode(q, packet.data(), o.size, y.data()); }, repeats);
     double err2 = 0, max_err = 0;
     for (std::size_t i = 0; i < o.size; ++i) {
-      const double e = double(traits::to_float(x[i])) - traits::to_float(y[i]);
+      const double e = double(qsdp::to_float(x[i])) - qsdp::to_float(y[i]);
       err2 += e * e;
       max_err = std::max(max_err, std::abs(e));
     }
     const double moved = double(o.size * sizeof(T) + packet.size());
     std::string name = qsdp::policy_name<Q>();
-    if constexpr (!qsdp::detail::is_identity<Q>) name += "<" + std::to_string(Q::bits) + ">";
+    if constexpr (qsdp::quantizer<Q>) name += "<" + std::to_string(Q::bits) + ">";
     std::printf("%-16s %12zu %9.4f %8.2fx %12.3e %12.3e %5.2f (%.2f) %5.2f (%.2f)\n", name.c_str(),
                 packet.size(), 8.0 * packet.size() / o.size,
                 double(o.size * sizeof(T)) / packet.size(), std::sqrt(err2 / norm2), max_err,

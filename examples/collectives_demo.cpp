@@ -65,9 +65,6 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-template <class T>
-using traits = qsdp::detail::element_traits<T>;
-
 /// Weights ~ N(0, 0.02) for the all-gather; gradients ~ N(0, 1e-3) with rare outliers for reduce-scatter.
 template <class T>
 std::vector<T> make(int rank, std::size_t n, bool gradients) {
@@ -77,7 +74,7 @@ std::vector<T> make(int rank, std::size_t n, bool gradients) {
   for (auto& x : v) {
     float f = normal(rng);
     f = gradients ? ((rng() % 1000 == 0) ? 0.1f * f : 1e-3f * f) : 0.02f * f;
-    x = traits<T>::from_float(f);
+    x = qsdp::from_float<T>(f);
   }
   return v;
 }
@@ -116,9 +113,9 @@ row run_one(const options& o, const Q& q, const std::string& name, bool reduce, 
       return;
     }
     for (std::size_t i = 0; i < out.size(); ++i) {
-      const double e = double(traits<T>::to_float(out[i])) - traits<T>::to_float(exact[me][i]);
+      const double e = double(qsdp::to_float(out[i])) - qsdp::to_float(exact[me][i]);
       err2[me] += e * e;
-      norm2[me] += double(traits<T>::to_float(exact[me][i])) * traits<T>::to_float(exact[me][i]);
+      norm2[me] += double(qsdp::to_float(exact[me][i])) * qsdp::to_float(exact[me][i]);
       max_err[me] = std::max(max_err[me], std::abs(e));
     }
   });

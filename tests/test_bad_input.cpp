@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "test_support.hpp"
+#include "support.hpp"
 
 using namespace qsdp_test;
 

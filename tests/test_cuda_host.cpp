@@ -14,18 +14,9 @@
 #include <qsdp/nccl.hpp>
 #endif
 
-namespace {
+#include "support.hpp"
 
-std::string error_of(auto&& body) {
-  try {
-    body();
-  } catch (const qsdp::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using qsdp_test::error_of;
 
 TEST_CASE("run_local_cuda fails with a qsdp::error naming the CUDA call where no GPU is usable") {
   if (qsdp::detail::cuda::device_available()) {
@@ -81,6 +72,7 @@ TEST_CASE(
 TEST_CASE("a failure channel with nothing reported polls quietly") {
   qsdp::detail::cuda::failure_channel channel;
   CHECK_NOTHROW(channel.poll("test"));
+  CHECK_NOTHROW(channel.poll("test", "the packet from rank"));
 }
 
 #if QSDP_TEST_NCCL
@@ -95,20 +87,22 @@ TEST_CASE("nccl_communicator refuses a null communicator") {
 #if QSDP_TEST_CUDA_RUNTIME && QSDP_TEST_NCCL
 #include <chrono>
 
-TEST_CASE("nccl_options: defaults, and out-of-range values refused before the comm is touched") {
+TEST_CASE("nccl_communicator: fault_options defaults, and out-of-range values refused first") {
   using namespace std::chrono_literals;
-  const qsdp::nccl_options defaults;
-  CHECK(defaults.timeout == 10min);
+  const qsdp::fault_options defaults;
+  CHECK_FALSE(defaults.timeout.has_value());  // the transport's default:
+  CHECK(qsdp::nccl_default_timeout == 10min);
   CHECK(defaults.poll_interval == 100us);
-  CHECK(defaults.abort_on_error);
+  CHECK(defaults.abort_on_failure);
   // The options are checked first, so a null comm shows that nothing reached NCCL.
   CHECK(error_of([] { qsdp::nccl_communicator comm(nullptr, {.timeout = -1ms}); }) ==
-        "qsdp::nccl_communicator: timeout is -1 ms; expected >= 0 (0 waits without limit)");
+        "qsdp::nccl_communicator: fault_options::timeout is -1 ms; expected 0 (no limit) or "
+        "1..86400000 ms");
   CHECK(error_of([] { qsdp::nccl_communicator comm(nullptr, {.poll_interval = -3us}); }) ==
-        "qsdp::nccl_communicator: poll_interval is -3 us; expected 0 to 60000000 us (0 polls "
-        "continuously)");
+        "qsdp::nccl_communicator: fault_options::poll_interval is -3 us; expected 0..60000000 us "
+        "(0 polls continuously)");
   CHECK(error_of([] {
-          qsdp::nccl_communicator comm(nullptr, {.timeout = 0ms, .abort_on_error = false});
+          qsdp::nccl_communicator comm(nullptr, {.timeout = 0ms, .abort_on_failure = false});
         }) == "qsdp::nccl_communicator: comm is null; expected an initialised ncclComm_t");
 }
 

@@ -4,48 +4,13 @@
 
 #include <cmath>
 
-#include "test_support.hpp"
+#include "policies.hpp"
+#include "support.hpp"
 
 namespace {
 
-/// Sign + 3-bit exponent relative to the bucket's abs-max: values snap to abs_max * 2^-k, k = 0..6, or 0.
-struct power_of_two_quantizer {
-  static constexpr int bits = 4;
-  static constexpr bool randomized = false;
-  static constexpr std::uint32_t wire_tag = 0x506f7732;  // "Pow2": tells it apart from other user types
-  std::size_t bucket_size = 128;
-  using meta_type = float;
-  QSDP_HOST_DEVICE meta_type fit(const qsdp::bucket_stats& s) const { return s.abs_max; }
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float) const {
-    if (m == 0.0f || x == 0.0f) return 0;
-    const double ratio = std::abs(double(x)) / m;  // (0, 1]
-    int k = static_cast<int>(std::lround(-std::log2(ratio)));
-    if (k > 6) return 0;
-    k = k < 0 ? 0 : k;
-    return (x < 0 ? 8u : 0u) | static_cast<std::uint32_t>(k + 1);
-  }
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {
-    if ((code & 7u) == 0) return 0.0f;
-    const float magnitude = std::ldexp(m, -static_cast<int>((code & 7u) - 1));
-    return code & 8u ? -magnitude : magnitude;
-  }
-};
-
-/// A randomized user policy: 1-bit stochastic sign with the bucket's mean magnitude.
-struct stochastic_sign {
-  static constexpr int bits = 1;
-  static constexpr bool randomized = true;
-  std::size_t bucket_size = 64;
-  std::uint64_t seed = 5;
-  qsdp::call_counter calls{};
-  using meta_type = float;
-  QSDP_HOST_DEVICE meta_type fit(const qsdp::bucket_stats& s) const { return s.abs_max; }
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {
-    const float p_up = m > 0 ? (x / m + 1) / 2 : 0.5f;  // P(+m) so that E = x
-    return u < p_up ? 1u : 0u;
-  }
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const { return code ? m : -m; }
-};
+using qsdp_test::power_of_two_quantizer;
+using qsdp_test::stochastic_sign;
 
 struct missing_decode {
   static constexpr int bits = 4;

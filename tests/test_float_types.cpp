@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include <qsdp/detail/float_types.hpp>
+#include <qsdp/detail/codec/float_types.hpp>
 
 using namespace qsdp::detail;
 
@@ -114,7 +114,7 @@ TEST_CASE("saturating narrowing keeps finite values finite and non-finite values
 #endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && QSDP_HAS_CUDA_HALF
-#include <qsdp/detail/host_codec.hpp>
+#include <qsdp/detail/host/loops.hpp>
 
 namespace {
 
@@ -164,10 +164,10 @@ TEST_CASE("AVX2 bf16 conversions give the scalar conversions' bits") {
     lo = std::min(lo, bf16_bits_to_float(h));
     hi = std::max(hi, bf16_bits_to_float(h));
   }
-  CHECK(scanned.finite);
-  CHECK(scanned.min == lo);
-  CHECK(scanned.max == hi);
-  CHECK_FALSE(avx2::scan_values<true>(plain.data(), plain.size()).finite);
+  CHECK(scanned.finite());
+  CHECK(scanned.min() == lo);
+  CHECK(scanned.max() == hi);
+  CHECK_FALSE(avx2::scan_values<true>(plain.data(), plain.size()).finite());
   // narrow_store (the end of a reduction) rounds without saturating.
   std::vector<__nv_bfloat16> stored(x.size());
   narrow_store(x.data(), x.size(), stored.data());

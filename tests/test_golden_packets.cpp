@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "test_support.hpp"
+#include "support.hpp"
 
 namespace {
 

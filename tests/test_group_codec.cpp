@@ -11,9 +11,9 @@
 #include <vector>
 
 #include <qsdp/codec.hpp>
-#include <qsdp/detail/group_codec.hpp>
+#include <qsdp/detail/codec/group.hpp>
 
-#include "test_support.hpp"
+#include "support.hpp"
 
 namespace {
 

@@ -56,7 +56,7 @@ void training_step(qsdp::local_communicator& comm, std::size_t count, bool other
 
 }  // namespace
 
-TEST_CASE("run_local: a stuck rank fails the others after local_options::timeout, naming it") {
+TEST_CASE("run_local: a stuck rank fails the others after fault_options::timeout, naming it") {
   constexpr auto timeout = milliseconds(300);
   constexpr auto stall = milliseconds(3000);
   std::mutex mutex;
@@ -77,7 +77,7 @@ TEST_CASE("run_local: a stuck rank fails the others after local_options::timeout
               throw;
             }
           },
-          qsdp::local_options{.timeout = timeout}),
+          qsdp::fault_options{.timeout = timeout}),
       doctest::Contains("did not reach the collective within 300 ms"), qsdp::error);
   REQUIRE(released_after.size() == 3);
   for (double t : released_after) {
@@ -115,16 +115,45 @@ TEST_CASE("run_local: a rank that throws mid-run releases ranks already waiting 
   CHECK(seconds_since(start) < 5.0);  // the default timeout is 60 s: release came from the throw
 }
 
-TEST_CASE("run_local: local_options::timeout out of range is refused with its value") {
-  for (long long ms : {0LL, -5LL, 24LL * 3600 * 1000 + 1}) {
+TEST_CASE("run_local: fault_options out of range are refused with their values") {
+  for (long long ms : {-5LL, 24LL * 3600 * 1000 + 1}) {
     INFO(ms);
-    const std::string expected =
-        "options.timeout is " + std::to_string(ms) + " ms; expected 1 ms .. 24 h";
+    const std::string expected = "qsdp::run_local: fault_options::timeout is " + std::to_string(ms) +
+                                 " ms; expected 0 (no limit) or 1..86400000 ms";
     CHECK_THROWS_WITH_AS(
         qsdp::run_local(
-            2, [](qsdp::local_communicator&) {}, qsdp::local_options{.timeout = milliseconds(ms)}),
-        doctest::Contains(expected.c_str()), qsdp::error);
+            2, [](qsdp::local_communicator&) {}, qsdp::fault_options{.timeout = milliseconds(ms)}),
+        expected.c_str(), qsdp::error);
   }
+  CHECK_THROWS_WITH_AS(qsdp::run_local(
+                           2, [](qsdp::local_communicator&) {},
+                           qsdp::fault_options{.poll_interval = std::chrono::minutes(2)}),
+                       "qsdp::run_local: fault_options::poll_interval is 120000000 us; expected "
+                       "0..60000000 us (0 polls continuously)",
+                       qsdp::error);
+}
+
+TEST_CASE("run_local: timeout 0 waits without limit; a timeout is a qsdp::timeout_error") {
+  // No limit: a rank 400 ms late is waited for.
+  std::atomic<int> steps{0};
+  qsdp::run_local(
+      3,
+      [&](qsdp::local_communicator& comm) {
+        if (comm.rank() == 2) std::this_thread::sleep_for(milliseconds(400));
+        training_step(comm, 64, false, false);
+        ++steps;
+      },
+      qsdp::fault_options{.timeout = milliseconds(0)});
+  CHECK(steps == 3);
+  // With a limit, the timed-out rank's error is the timeout_error subclass.
+  CHECK_THROWS_AS(qsdp::run_local(
+                      2,
+                      [&](qsdp::local_communicator& comm) {
+                        if (comm.rank() == 0) training_step(comm, 64, false, false);
+                        else std::this_thread::sleep_for(milliseconds(300));
+                      },
+                      qsdp::fault_options{.timeout = milliseconds(50)}),
+                  qsdp::timeout_error);
 }
 
 TEST_CASE("run_local: 300 random faults in a training loop all end in errors, none hangs") {
@@ -162,7 +191,7 @@ TEST_CASE("run_local: 300 random faults in a training loop all end in errors, no
               if (now && kind == fault::throw_after) throw std::runtime_error("injected");
             }
           },
-          qsdp::local_options{.timeout = timeout});
+          qsdp::fault_options{.timeout = timeout});
     } catch (const std::exception& e) {
       message = e.what();
     }

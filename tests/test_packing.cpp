@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include <qsdp/detail/bit_packing.hpp>
+#include <qsdp/detail/codec/bit_packing.hpp>
 
 using namespace qsdp::detail;
 

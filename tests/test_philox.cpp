@@ -4,7 +4,7 @@
 #include <cmath>
 #include <set>
 
-#include <qsdp/detail/philox.hpp>
+#include <qsdp/detail/codec/philox.hpp>
 
 using qsdp::detail::draw_domain;
 using qsdp::detail::philox4x32_10;

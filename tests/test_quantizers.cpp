@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "test_support.hpp"
+#include "support.hpp"
 
 using namespace qsdp_test;
 

@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
     } else {
       qsdp::run_local(
           o.ranks, [&](qsdp::local_communicator& comm) { train(comm, o, text); },
-          qsdp::local_options{.timeout = std::chrono::minutes(5)});
+          qsdp::fault_options{.timeout = std::chrono::minutes(5)});
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -16,11 +16,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "config.hpp"
+#include "detail/transport/local.hpp"
 
 namespace qsdp {
 
@@ -74,130 +76,59 @@ concept communicator = requires(C& c, const std::byte* send, std::byte* recv, st
   { C::memory } -> std::convertible_to<memory_space>;
 };
 
-namespace detail {
-
-/// A reusable barrier for the in-process ranks that can be broken: when a rank fails, every rank
-/// waiting in it (or arriving later) gets a qsdp::error instead of waiting forever.
-class breakable_barrier {
- public:
-  /// `owner` names the communicator in messages.
-  explicit breakable_barrier(int parties, const char* owner = "qsdp::local_communicator")
-      : parties_(parties), owner_(owner), present_(static_cast<std::size_t>(parties), false) {}
-
-  /// Waits until all parties arrived (returns), the barrier is broken, or `timeout` passed (throws
-  /// qsdp::error; the message names the ranks that had not arrived, which are the ones to look at).
-  void arrive_and_wait(int rank, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex_);
-    if (departed_ > 0 && !broken_) {
-      broken_ = true;
-      reason_ = "rank " + std::to_string(departed_rank_) + " returned while the others were still "
-                "in a collective (every rank must make the same calls)";
-      cv_.notify_all();
-    }
-    throw_if_broken();
-    const std::uint64_t generation = generation_;
-    present_[static_cast<std::size_t>(rank)] = true;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      std::fill(present_.begin(), present_.end(), false);
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    const bool released = cv_.wait_for(lock, timeout, [&] { return generation_ != generation || broken_; });
-    if (generation_ != generation) return;  // released before any failure: this exchange completed
-    throw_if_broken();
-    if (!released) {
-      broken_ = true;
-      reason_ = "rank" + absent_ranks() + " did not reach the collective within " +
-                std::to_string(timeout.count()) +
-                " ms (local_options::timeout; it returned early, hangs, or called another collective)";
-      cv_.notify_all();
-      throw_if_broken();
-    }
-  }
-
-  /// A rank finished its work: anyone waiting now, or arriving later, can never be released.
-  void depart(int rank) {
-    std::lock_guard lock(mutex_);
-    if (departed_++ == 0) departed_rank_ = rank;
-    if (arrived_ > 0 && !broken_) {
-      broken_ = true;
-      reason_ = "rank " + std::to_string(rank) + " returned while the others were still in a "
-                "collective (every rank must make the same calls)";
-      cv_.notify_all();
-    }
-  }
-
-  void break_with(const std::string& reason) {
-    std::lock_guard lock(mutex_);
-    if (!broken_) {
-      broken_ = true;
-      reason_ = reason;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  /// " 1" or "s 1, 3": the ranks that have not arrived in the current generation.
-  std::string absent_ranks() const {
-    std::string list;
-    int absent = 0;
-    for (std::size_t r = 0; r < present_.size(); ++r) {
-      if (present_[r]) continue;
-      list += (absent++ ? ", " : " ") + std::to_string(r);
-    }
-    return absent > 1 ? "s" + list : list;
-  }
-
-  void throw_if_broken() const {
-    if (broken_) throw qsdp::error(std::string(owner_) + ": collective abandoned: " + reason_);
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  const int parties_;
-  const char* owner_;
-  int arrived_ = 0;
-  int departed_ = 0;
-  int departed_rank_ = -1;
-  std::uint64_t generation_ = 0;
-  bool broken_ = false;
-  std::string reason_;
-  std::vector<bool> present_;  // who has arrived in the current generation
+/// How a communicator waits for its peers and what it does when one fails: the same options for every
+/// transport (run_local, run_local_cuda, mpi_communicator, nccl_communicator; docs/reliability.md).
+struct fault_options {
+  /// The longest wait for the other ranks: one collective exchange (in-process, MPI) or one blocking
+  /// wait on the host (NCCL: synchronize(), the first call of a new signature). Unset: the transport's
+  /// default (run_local 60 s, MPI no limit with blocking calls, NCCL 10 min). 0: no limit. Otherwise
+  /// 1 ms .. 24 h, well above the slowest legitimate wait: a rank that is late because it writes a
+  /// checkpoint looks exactly like a hung one. Every rank should pass the same value (for MPI it
+  /// must: a limit makes every call non-blocking, and MPI never matches a blocking collective with a
+  /// non-blocking one).
+  std::optional<std::chrono::milliseconds> timeout{};
+  /// Longest sleep between two polls of a waiting MPI or NCCL call, 0 (poll continuously) to 1 min.
+  /// The first sleeps are shorter (1 us, doubling), so a wait that ends soon is not charged a whole
+  /// interval; 100 us costs a waiting host thread about 1 % of a core.
+  std::chrono::microseconds poll_interval{100};
+  /// On a timeout or a transport's asynchronous error: true (the default) aborts first -- MPI_Abort
+  /// ends the MPI job, ncclCommAbort frees the NCCL communicator -- then throws; false throws without
+  /// aborting (qsdp::timeout_error for a timeout) and leaves the communicator unusable, for a caller
+  /// that logs or saves what it needs before ending the job itself. In-process ranks are threads of
+  /// one process: a failing rank always releases the others, whatever this says.
+  bool abort_on_failure = true;
 };
 
-/// What the threads of one run_local share: the barrier and each rank's posted send buffer.
-struct local_world {
-  explicit local_world(int size, std::chrono::milliseconds wait_limit)
-      : barrier(size), posted(static_cast<std::size_t>(size)), posted_bytes(static_cast<std::size_t>(size)),
-        timeout(wait_limit) {}
-  breakable_barrier barrier;
-  std::vector<const std::byte*> posted;
-  std::vector<std::size_t> posted_bytes;
-  std::chrono::milliseconds timeout;
-};
-
-}  // namespace detail
-
-/// Options of run_local.
-struct local_options {
-  /// How long a rank waits in a collective for the others before every rank gets a qsdp::error that
-  /// names the missing ranks. A rank that throws or returns releases the others at once; the timeout
-  /// is for a rank that is stuck (or just slow: make it longer than the slowest rank's work between
-  /// two collectives). 1 ms .. 24 h.
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-};
+/// The longest fault_options::timeout: one day (more buys nothing over 0, no limit).
+inline constexpr std::chrono::milliseconds max_fault_timeout = std::chrono::hours(24);
+/// The longest fault_options::poll_interval: a longer sleep would leave a dead peer unnoticed as long.
+inline constexpr std::chrono::microseconds max_poll_interval = std::chrono::minutes(1);
 
 namespace detail {
 
-inline void check_local_timeout(std::chrono::milliseconds timeout, const char* where) {
-  if (timeout.count() < 1 || timeout > std::chrono::hours(24))
-    throw qsdp::error(std::string(where) + ": options.timeout is " + std::to_string(timeout.count()) +
-                      " ms; expected 1 ms .. 24 h");
+/// Throws a qsdp::error naming the option and its value when one is out of range.
+inline void check_fault_options(const fault_options& options, const char* where) {
+  if (options.timeout &&
+      (options.timeout->count() < 0 || *options.timeout > max_fault_timeout))
+    throw qsdp::error(std::string(where) + ": fault_options::timeout is " +
+                      std::to_string(options.timeout->count()) + " ms; expected 0 (no limit) or 1.." +
+                      std::to_string(max_fault_timeout.count()) + " ms");
+  if (options.poll_interval.count() < 0 || options.poll_interval > max_poll_interval)
+    throw qsdp::error(std::string(where) + ": fault_options::poll_interval is " +
+                      std::to_string(options.poll_interval.count()) + " us; expected 0.." +
+                      std::to_string(max_poll_interval.count()) + " us (0 polls continuously)");
+}
+
+/// The timeout a transport applies: options.timeout, or the transport's default when unset.
+inline std::chrono::milliseconds effective_timeout(const fault_options& options,
+                                                   std::chrono::milliseconds transport_default) {
+  return options.timeout.value_or(transport_default);
 }
 
 }  // namespace detail
+
+/// run_local's default fault_options::timeout.
+inline constexpr std::chrono::milliseconds local_default_timeout = std::chrono::seconds(60);
 
 /// One rank of an in-process world (ranks are threads of run_local). Host memory.
 class local_communicator {
@@ -253,46 +184,15 @@ class local_communicator {
 
 static_assert(communicator<local_communicator>);
 
-namespace detail {
-
-/// Runs body(rank) on `world` threads (rank 0 on the caller's) and waits for all. When a rank throws,
-/// `barrier` is broken so the others leave any collective with a qsdp::error, and the first exception is
-/// rethrown here; a rank that returns departs, which releases ranks still waiting for it.
-template <class Body>
-void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
-  std::mutex error_mutex;
-  std::exception_ptr first_error;
-  auto guarded = [&](int rank) {
-    try {
-      body(rank);
-      barrier.depart(rank);
-    } catch (...) {
-      {
-        std::lock_guard lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-      }
-      barrier.break_with("rank " + std::to_string(rank) + " failed");
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(world - 1));
-  for (int rank = 1; rank < world; ++rank) threads.emplace_back(guarded, rank);
-  guarded(0);
-  for (auto& t : threads) t.join();
-  if (first_error) std::rethrow_exception(first_error);
-}
-
-}  // namespace detail
-
 /// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others are
 /// released from any collective with a qsdp::error and the first rank's exception is rethrown here; a
 /// rank that returns while others still wait in a collective releases them the same way.
 template <class Fn>
-void run_local(int world, Fn&& fn, local_options options = {}) {
+void run_local(int world, Fn&& fn, fault_options options = {}) {
   if (world < 1)
     throw qsdp::error("qsdp::run_local: world is " + std::to_string(world) + "; expected >= 1");
-  detail::check_local_timeout(options.timeout, "qsdp::run_local");
-  detail::local_world shared(world, options.timeout);
+  detail::check_fault_options(options, "qsdp::run_local");
+  detail::local_world shared(world, detail::effective_timeout(options, local_default_timeout));
   detail::run_rank_threads(world, shared.barrier, [&](int rank) {
     local_communicator comm(shared, rank);
     fn(comm);

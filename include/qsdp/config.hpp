@@ -59,4 +59,11 @@ class error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A qsdp::error thrown when a communicator gave up waiting for its peers (fault_options::timeout):
+/// code that catches qsdp::error sees it too.
+class timeout_error : public error {
+ public:
+  using error::error;
+};
+
 }  // namespace qsdp

@@ -16,50 +16,12 @@
 
 #include "communicator.hpp"
 #include "config.hpp"
-#include "detail/cuda/runtime.hpp"
+#include "detail/transport/cuda_local.hpp"
+#include "detail/transport/cuda_runtime.hpp"
 #include "device_communicator.hpp"
 
 namespace qsdp {
 
-namespace detail {
-
-/// What the rank threads of one run_local_cuda share.
-struct cuda_local_world {
-  cuda_local_world(int size, int gpu, std::chrono::milliseconds wait_limit)
-      : barrier(size, "qsdp::cuda_local_communicator"),
-        posted(static_cast<std::size_t>(size)),
-        posted_bytes(static_cast<std::size_t>(size)),
-        ready(static_cast<std::size_t>(size)),
-        done(static_cast<std::size_t>(size)),
-        device(gpu),
-        timeout(wait_limit) {
-    constexpr const char* where = "qsdp::run_local_cuda";
-    for (std::size_t r = 0; r < ready.size(); ++r) {
-      cuda::check(cudaEventCreateWithFlags(&ready[r], cudaEventDisableTiming),
-                  "cudaEventCreateWithFlags", where);
-      cuda::check(cudaEventCreateWithFlags(&done[r], cudaEventDisableTiming),
-                  "cudaEventCreateWithFlags", where);
-    }
-  }
-  cuda_local_world(const cuda_local_world&) = delete;
-  cuda_local_world& operator=(const cuda_local_world&) = delete;
-  ~cuda_local_world() {
-    for (cudaEvent_t e : ready)
-      if (e) (void)cudaEventDestroy(e);
-    for (cudaEvent_t e : done)
-      if (e) (void)cudaEventDestroy(e);
-  }
-
-  breakable_barrier barrier;
-  std::vector<const std::byte*> posted;
-  std::vector<std::size_t> posted_bytes;
-  std::vector<cudaEvent_t> ready;  // rank r's send buffer is filled (recorded on r's stream)
-  std::vector<cudaEvent_t> done;   // rank r has copied what it needs from every peer
-  int device;
-  std::chrono::milliseconds timeout;
-};
-
-}  // namespace detail
 
 /// One rank of a run_local_cuda world. Buffers are device memory of the world's GPU.
 class cuda_local_communicator {
@@ -160,15 +122,16 @@ static_assert(device_communicator<cuda_local_communicator>);
 /// the first rank's exception is rethrown here and the other ranks are released from their
 /// collectives.
 template <class Fn>
-void run_local_cuda(int world, Fn&& fn, local_options options = {}) {
+void run_local_cuda(int world, Fn&& fn, fault_options options = {}) {
   constexpr const char* where = "qsdp::run_local_cuda";
   if (world < 1)
     throw qsdp::error(std::string(where) + ": world is " + std::to_string(world) +
                       "; expected >= 1");
-  detail::check_local_timeout(options.timeout, where);
+  detail::check_fault_options(options, where);
   int device = 0;
   detail::cuda::check(cudaGetDevice(&device), "cudaGetDevice", where);
-  detail::cuda_local_world shared(world, device, options.timeout);
+  detail::cuda_local_world shared(world, device,
+                                 detail::effective_timeout(options, local_default_timeout));
   detail::run_rank_threads(world, shared.barrier, [&](int rank) {
     detail::cuda::check(cudaSetDevice(device), "cudaSetDevice", where);
     cudaStream_t stream = nullptr;

@@ -16,7 +16,7 @@
 
 #include "communicator.hpp"
 #include "config.hpp"
-#include "detail/cuda/runtime.hpp"
+#include "detail/transport/cuda_runtime.hpp"
 
 namespace qsdp {
 

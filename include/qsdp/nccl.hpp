@@ -8,13 +8,13 @@
 // check_async_error(). Needs the CUDA runtime and NCCL headers, not nvcc; link NCCL::nccl and
 // CUDA::cudart.
 //
-// Faults (nccl_options sets the limits):
+// Faults (fault_options sets the limits; nccl_default_timeout is 10 min):
 // * An asynchronous error (ncclCommGetAsyncError: a peer died, a network or CUDA failure) is found
 //   before the next exchange, by check_async_error() or while synchronize() waits. The communicator
-//   is then aborted (ncclCommAbort, unless abort_on_error is off) and a qsdp::error names NCCL's
+//   is then aborted (ncclCommAbort, unless abort_on_failure is off) and a qsdp::error names NCCL's
 //   error, its string and ncclGetLastError.
 // * synchronize(stream) waits for the stream's work on the host while polling for asynchronous
-//   errors, so a dead peer is an error instead of a hang. Past nccl_options::timeout (a rank that
+//   errors, so a dead peer is an error instead of a hang. Past fault_options::timeout (a rank that
 //   never joined the collective) it aborts the communicator and throws "timed out".
 // * Non-blocking communicators (ncclConfig_t::blocking = 0): an ncclInProgress result (of the
 //   initialisation, ncclGroupEnd or a collective) is not an error: the wrapper polls
@@ -40,70 +40,19 @@
 
 #include "communicator.hpp"
 #include "config.hpp"
-#include "detail/cuda/runtime.hpp"
-#include "detail/watchdog.hpp"
+#include "detail/transport/cuda_runtime.hpp"
+#include "detail/transport/nccl.hpp"
+#include "detail/transport/wait.hpp"
 #include "device_communicator.hpp"
 
 namespace qsdp {
 
-namespace detail {
 
-/// "<where>: <call> failed: <ncclGetErrorString> (<ncclGetLastError>)".
-inline std::string nccl_failure(ncclResult_t r, ncclComm_t comm, const char* call,
-                                const char* where) {
-  std::string message = std::string(where) + ": " + call + " failed: " + ncclGetErrorString(r);
-  const char* last = comm ? ncclGetLastError(comm) : nullptr;
-  if (last && *last) message += std::string(" (") + last + ")";
-  return message;
-}
-
-inline void nccl_check(ncclResult_t r, ncclComm_t comm, const char* call, const char* where) {
-  if (r != ncclSuccess) throw qsdp::error(nccl_failure(r, comm, call, where));
-}
-
-/// The enumerator's name ("ncclRemoteError"), which ncclGetErrorString does not give.
-inline std::string nccl_result_name(ncclResult_t r) {
-  switch (r) {
-    case ncclSuccess:
-      return "ncclSuccess";
-    case ncclUnhandledCudaError:
-      return "ncclUnhandledCudaError";
-    case ncclSystemError:
-      return "ncclSystemError";
-    case ncclInternalError:
-      return "ncclInternalError";
-    case ncclInvalidArgument:
-      return "ncclInvalidArgument";
-    case ncclInvalidUsage:
-      return "ncclInvalidUsage";
-    case ncclRemoteError:
-      return "ncclRemoteError";
-    case ncclInProgress:
-      return "ncclInProgress";
-    default:
-      return "ncclResult_t " + std::to_string(static_cast<int>(r));
-  }
-}
-
-}  // namespace detail
-
-/// How an nccl_communicator waits and what it does on a fault.
-struct nccl_options {
-  /// Longest blocking wait (synchronize(), and an ncclInProgress enqueue of a non-blocking
-  /// communicator); 0 waits without limit, still polling asynchronous errors. 10 minutes, PyTorch's
-  /// NCCL default: longer than a first call that opens connections, or a rank held up by a
-  /// checkpoint or its data loader, yet a rank that never arrives ends the job in minutes rather
-  /// than holding its machines until the scheduler's wall-clock limit.
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
-  /// Longest sleep between two polls of the stream and of ncclCommGetAsyncError (0 to 1 min). A
-  /// poll is two driver calls of about a microsecond, so 100 us costs the host about 1% of a core
-  /// while adding at most 100 us to a wait; the first sleeps are shorter (1 us, doubling).
-  std::chrono::microseconds poll_interval{100};
-  /// On an asynchronous error or a timeout, call ncclCommAbort before throwing: NCCL documents a
-  /// communicator with an error as unusable, and aborting frees its kernels and its peers'
-  /// resources. Off: the qsdp::error is thrown and the caller decides what to do with the handle.
-  bool abort_on_error = true;
-};
+/// nccl_communicator's default fault_options::timeout: 10 minutes, PyTorch's NCCL default: longer than
+/// a first call that opens connections, or a rank held up by a checkpoint or its data loader, yet a
+/// rank that never arrives ends the job in minutes rather than holding its machines until the
+/// scheduler's wall-clock limit.
+inline constexpr std::chrono::milliseconds nccl_default_timeout = std::chrono::minutes(10);
 
 class nccl_communicator {
  public:
@@ -114,10 +63,10 @@ class nccl_communicator {
   /// options, waits for a non-blocking communicator's initialisation to finish (an asynchronous
   /// error found meanwhile is handled as in synchronize()), then queries rank, size and device.
   /// Use one wrapper per communicator, from one host thread at a time, as NCCL requires.
-  explicit nccl_communicator(ncclComm_t comm, nccl_options options = {})
+  explicit nccl_communicator(ncclComm_t comm, fault_options options = {})
       : comm_(comm), options_(options) {
     constexpr const char* where = "qsdp::nccl_communicator";
-    detail::check_watchdog_settings(watchdog(), where);
+    detail::check_fault_options(options, where);
     if (comm == nullptr)
       throw qsdp::error(std::string(where) + ": comm is null; expected an initialised ncclComm_t");
     wait_while_in_progress(where);
@@ -136,7 +85,7 @@ class nccl_communicator {
   int device() const noexcept { return device_; }
   /// The wrapped handle; null once the communicator was aborted (ncclCommAbort freed it).
   ncclComm_t native() const noexcept { return comm_; }
-  const nccl_options& options() const noexcept { return options_; }
+  const fault_options& options() const noexcept { return options_; }
   /// Whether this wrapper has called ncclCommAbort on the handle.
   bool aborted() const noexcept { return aborted_; }
   device_state& state() noexcept { return state_; }
@@ -174,7 +123,7 @@ class nccl_communicator {
   }
 
   /// Throws if NCCL has recorded an asynchronous error on the communicator (never blocks), after
-  /// aborting it when options().abort_on_error.
+  /// aborting it when options().abort_on_failure.
   void check_async_error() {
     constexpr const char* where = "qsdp::nccl_communicator";
     require_not_aborted(where);
@@ -185,7 +134,8 @@ class nccl_communicator {
   /// of any kind, this communicator's collectives included), polling ncclCommGetAsyncError every
   /// options().poll_interval at most. Throws a qsdp::error on an asynchronous error ("asynchronous
   /// error", naming ncclGetErrorString and ncclGetLastError) or when options().timeout passes
-  /// ("timed out"), after aborting the communicator when options().abort_on_error; then also
+  /// ("timed out", a qsdp::timeout_error), after aborting the communicator when
+  /// options().abort_on_failure; then also
   /// reports a bad packet that a decoding kernel found on this communicator. `stream` must belong
   /// to device() and not be under CUDA graph capture.
   void synchronize(cudaStream_t stream) {
@@ -215,18 +165,19 @@ class nccl_communicator {
       detail::cuda::check(e, "cudaEventQuery", where);
       return true;
     };
-    detail::wait_with_watchdog(
+    detail::wait_until_done(
         done, [&] { return describe_async_error(where); },
-        [&](const std::string& failure) { return abort_communicator(failure); }, watchdog(), where);
+        [&](const std::string& failure) { return abort_communicator(failure); }, options_,
+        timeout(), {.where = where, .what = "the work queued on the stream", .usual_cause = hang_cause});
     state_.failures.poll(where, "the packet from rank");  // the kernels have all finished now
   }
 
  private:
-  detail::watchdog_settings watchdog() const noexcept {
-    return {.timeout = options_.timeout,
-            .poll_interval = options_.poll_interval,
-            .abort_on_failure = options_.abort_on_error};
+  std::chrono::milliseconds timeout() const noexcept {
+    return detail::effective_timeout(options_, nccl_default_timeout);
   }
+  static constexpr const char* hang_cause =
+      "a rank that never joined the collective, or a hung kernel, is the usual cause";
 
   /// Throws, naming what failed first, once this wrapper has aborted the communicator: the handle
   /// is freed, and touching it could crash instead of failing.
@@ -262,7 +213,7 @@ class nccl_communicator {
     if (async == ncclSuccess || async == ncclInProgress) return async;
     std::string message =
         detail::nccl_failure(async, comm_, "an earlier NCCL operation (asynchronous error)", where);
-    if (!options_.abort_on_error) throw qsdp::error(message + "; " + detail::not_aborted_note);
+    if (!options_.abort_on_failure) throw qsdp::error(message + "; " + detail::not_aborted_note);
     try {
       message += "; " + abort_communicator(message);
     } catch (const qsdp::error& e) {
@@ -282,10 +233,12 @@ class nccl_communicator {
   /// Polls until a non-blocking communicator has finished its pending initialisation or enqueue
   /// (returns at once for a blocking one), watched like synchronize().
   void wait_while_in_progress(const char* where) {
-    detail::wait_with_watchdog(
+    detail::wait_until_done(
         [&] { return async_state(where) != ncclInProgress; },
         [&] { return describe_async_error(where); },
-        [&](const std::string& failure) { return abort_communicator(failure); }, watchdog(), where);
+        [&](const std::string& failure) { return abort_communicator(failure); }, options_,
+        timeout(),
+        {.where = where, .what = "NCCL's pending initialisation or enqueue", .usual_cause = hang_cause});
   }
 
   /// Calls ncclCommAbort and forgets the handle, which it frees; returns the note for the message.
@@ -313,7 +266,7 @@ class nccl_communicator {
   }
 
   ncclComm_t comm_;
-  nccl_options options_;
+  fault_options options_;
   int rank_ = 0;
   int size_ = 0;
   int device_ = 0;

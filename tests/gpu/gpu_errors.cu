@@ -10,6 +10,7 @@
 
 #include "codec_helpers.cuh"
 #include "gpu_support.hpp"
+#include "support.hpp"
 
 namespace gpu_test {
 
@@ -31,18 +32,6 @@ struct wrong_device_communicator {
 };
 static_assert(qsdp::device_communicator<wrong_device_communicator>);
 
-namespace {
-
-std::string message_of(auto&& body) {
-  try {
-    body();
-  } catch (const qsdp::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
 
 std::string device_bad_input(const std::string& which) {
   constexpr std::size_t n = 4096;
@@ -60,7 +49,7 @@ std::string device_bad_input(const std::string& which) {
       decode_count = n - 1;
     }
     qsdp::decode(q, p, decode_count, thrust::raw_pointer_cast(y.data()), cudaStream_t{});
-    std::string message = message_of([] { qsdp::synchronize_and_check(cudaStream_t{}); });
+    std::string message = qsdp_test::error_of([] { qsdp::synchronize_and_check(cudaStream_t{}); });
     const float first = y[0];
     if (!std::isnan(first)) message += " [BUT THE OUTPUT WAS NOT SET TO NaN]";
     return message;
@@ -72,20 +61,20 @@ std::string device_bad_input(const std::string& which) {
     float* op = thrust::raw_pointer_cast(out.data());
     if (which == "host send pointer") {
       std::vector<float> host(n, 1.0f);
-      message = message_of([&] { qsdp::all_gather(comm, q, host.data(), op, n, comm.stream()); });
+      message = qsdp_test::error_of([&] { qsdp::all_gather(comm, q, host.data(), op, n, comm.stream()); });
     } else if (which == "pinned recv pointer") {
       float* pinned = nullptr;
       cuda_ok(cudaMallocHost(&pinned, n * sizeof(float)), "cudaMallocHost");
-      message = message_of([&] { qsdp::all_gather(comm, q, dp, pinned, n, comm.stream()); });
+      message = qsdp_test::error_of([&] { qsdp::all_gather(comm, q, dp, pinned, n, comm.stream()); });
       (void)cudaFreeHost(pinned);
     } else if (which == "stream of another device") {
       wrong_device_communicator wrong{&comm};
-      message = message_of([&] { qsdp::all_gather(wrong, q, dp, op, n, comm.stream()); });
+      message = qsdp_test::error_of([&] { qsdp::all_gather(wrong, q, dp, op, n, comm.stream()); });
     } else if (which == "captured first call") {
       cudaGraph_t graph = nullptr;
       cuda_ok(cudaStreamBeginCapture(comm.stream(), cudaStreamCaptureModeThreadLocal),
               "begin capture");
-      message = message_of([&] { qsdp::all_gather(comm, q, dp, op, n, comm.stream()); });
+      message = qsdp_test::error_of([&] { qsdp::all_gather(comm, q, dp, op, n, comm.stream()); });
       (void)cudaStreamEndCapture(comm.stream(), &graph);
       if (graph) (void)cudaGraphDestroy(graph);
       (void)cudaGetLastError();

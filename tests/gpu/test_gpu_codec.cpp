@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../test_support.hpp"
+#include "support.hpp"
 #include "gpu_policies.hpp"
 #include "gpu_support.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <qsdp/collectives.hpp>
 
-#include "../test_support.hpp"
+#include "support.hpp"
 #include "gpu_support.hpp"
 
 namespace {

@@ -16,18 +16,13 @@
 #include <qsdp/collectives.hpp>
 #include <qsdp/mpi.hpp>
 
+#include "mpi_check.hpp"
+
 namespace {
 
-int g_rank = 0, g_world = 1, g_passed = 0, g_failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-  }
-}
+using qsdp_mpi_test::check;
+using qsdp_mpi_test::g_rank;
+int g_world = 1;
 
 std::vector<float> data_of(int rank, std::size_t n, unsigned salt) {
   std::mt19937 rng(rank * 1009u + salt);
@@ -149,10 +144,7 @@ int main(int argc, char** argv) {
       check(out[100 * (g_world - 1)] == 1.0f, "collective after a mismatch");
     }
   }
-  int failed = 0, passed = 0;
-  MPI_Allreduce(&g_failed, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(&g_passed, &passed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf("%d passed, %d failed\n", passed, failed);
+  const int status = qsdp_mpi_test::report(MPI_COMM_WORLD);
   MPI_Finalize();
-  return failed == 0 ? 0 : 1;
+  return status;
 }

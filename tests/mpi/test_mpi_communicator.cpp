@@ -5,6 +5,8 @@
 // summed over ranks at the end. Run under mpiexec with any number of ranks (ctest: mpi.communicator.np*).
 #include <qsdp/mpi.hpp>
 
+#include "mpi_check.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -16,32 +18,9 @@
 
 namespace {
 
-int g_rank = -1;  // -1 until MPI_Init (the first check runs before it)
-long g_passed = 0;
-long g_failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-  }
-}
-
-/// Runs fn and checks that it throws qsdp::error whose message contains `needle`.
-template <class Fn>
-void check_throws(Fn&& fn, const std::string& needle, const std::string& what) {
-  try {
-    fn();
-    check(false, what + ": no exception");
-  } catch (const qsdp::error& e) {
-    check(std::string(e.what()).find(needle) != std::string::npos,
-          what + ": message '" + e.what() + "' lacks '" + needle + "'");
-  } catch (...) {
-    check(false, what + ": threw something other than qsdp::error");
-  }
-}
+using qsdp_mpi_test::check;
+using qsdp_mpi_test::check_throws;
+using qsdp_mpi_test::g_rank;
 
 /// Byte i of the block that rank `from` sends to rank `to` in an exchange of n bytes per block: distinct
 /// for every (from, to, n) and not periodic in i, so a misplaced or shifted block is caught.
@@ -230,25 +209,26 @@ void test_construction(MPI_Comm world) {
   }
 }
 
-/// mpi_options: defaults, refusals, and the accessors.
+/// fault_options: defaults, refusals, and the accessors.
 void test_options(MPI_Comm world) {
-  const qsdp::mpi_options defaults;
-  check(defaults.timeout.count() == 0 && defaults.abort_on_timeout, "mpi_options defaults: no limit, abort");
+  const qsdp::fault_options defaults;
+  check(!defaults.timeout && defaults.abort_on_failure && qsdp::mpi_default_timeout.count() == 0,
+        "fault_options defaults: the transport's timeout (MPI: no limit), abort");
   qsdp::mpi_communicator plain(world);
-  check(plain.options().timeout.count() == 0 && plain.usable(), "a communicator without options has no limit");
-  qsdp::mpi_communicator timed(world, {.timeout = std::chrono::milliseconds(1500), .abort_on_timeout = false});
-  check(timed.options().timeout.count() == 1500 && !timed.options().abort_on_timeout,
+  check(!plain.options().timeout && plain.usable(), "a communicator without options has no limit");
+  qsdp::mpi_communicator timed(world, {.timeout = std::chrono::milliseconds(1500), .abort_on_failure = false});
+  check(timed.options().timeout == std::chrono::milliseconds(1500) && !timed.options().abort_on_failure,
         "options() returns the options given");
   check_throws([&] { qsdp::mpi_communicator c(world, {.timeout = std::chrono::milliseconds(-1)}); },
-               "options.timeout is -1 ms; expected 0 (no limit) or 1..86400000 ms", "negative timeout");
+               "fault_options::timeout is -1 ms; expected 0 (no limit) or 1..86400000 ms", "negative timeout");
   check_throws([&] { qsdp::mpi_communicator c(world, {.timeout = std::chrono::hours(25)}); },
-               "options.timeout is 90000000 ms", "timeout above mpi_max_timeout");
+               "fault_options::timeout is 90000000 ms", "timeout above max_fault_timeout");
   check_throws([] { qsdp::mpi_communicator c(MPI_COMM_NULL, {.timeout = std::chrono::seconds(1)}); },
                "MPI_COMM_NULL", "MPI_COMM_NULL with options");
 }
 
-/// A timeout with abort_on_timeout = false, made real without hanging the job: rank 0 alone starts an
-/// all-gather on a duplicate of world and must get qsdp::mpi_timeout_error after the timeout, after which
+/// A timeout with abort_on_failure = false, made real without hanging the job: rank 0 alone starts an
+/// all-gather on a duplicate of world and must get qsdp::timeout_error after the timeout, after which
 /// its communicator refuses every exchange. The other ranks join that all-gather only afterwards, so the
 /// call rank 0 abandoned (still pending in MPI) completes and nothing is left waiting at MPI_Finalize.
 void test_timeout_throws(MPI_Comm world) {
@@ -264,21 +244,22 @@ void test_timeout_throws(MPI_Comm world) {
   static std::byte recv[n * 64];
   for (std::size_t i = 0; i < n; ++i) send[i] = pattern(rank, -1, n, i);
   const auto timeout = std::chrono::milliseconds(300);
-  qsdp::mpi_communicator comm(dup, {.timeout = timeout, .abort_on_timeout = false});
+  qsdp::mpi_communicator comm(dup, {.timeout = timeout, .abort_on_failure = false});
   if (rank == 0) {
     (void)comm.workspace().get(1000);  // moved away at the timeout: MPI may still write into it
     const auto start = std::chrono::steady_clock::now();
     std::string message;
     try {
       comm.all_gather_bytes(send, recv, n);
-    } catch (const qsdp::mpi_timeout_error& e) {
+    } catch (const qsdp::timeout_error& e) {
       message = e.what();
     } catch (const std::exception& e) {
-      check(false, std::string("timed-out all_gather_bytes threw something other than mpi_timeout_error: ") +
+      check(false, std::string("timed-out all_gather_bytes threw something other than timeout_error: ") +
                        e.what());
     }
     const auto waited = std::chrono::steady_clock::now() - start;
-    const std::string expected = "qsdp::mpi_communicator::all_gather_bytes: rank 0 of " + std::to_string(size) +
+    const std::string expected = "qsdp::mpi_communicator::all_gather_bytes: timed out: rank 0 of " +
+                                 std::to_string(size) +
                                  ": MPI_Iallgather of 8 bytes per rank did not complete within 300 ms";
     check(message.find(expected) != std::string::npos,
           "timeout message '" + message + "' lacks '" + expected + "'");
@@ -386,14 +367,9 @@ int main(int argc, char** argv) {
     check(false, std::string("unexpected exception: ") + e.what());
   }
 
-  long counts[2] = {g_passed, g_failed};
-  long totals[2] = {0, 0};
-  MPI_Allreduce(counts, totals, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) {
-    std::printf("mpi_communicator: %d ranks, checks summed over ranks\n", world_size);
-    std::printf("%ld passed, %ld failed\n", totals[0], totals[1]);
-    std::fflush(stdout);
-  }
+  const int status = qsdp_mpi_test::report(
+      MPI_COMM_WORLD,
+      "mpi_communicator: " + std::to_string(world_size) + " ranks, checks summed over ranks");
   MPI_Finalize();
-  return totals[1] == 0 ? 0 : 1;
+  return status;
 }

@@ -9,7 +9,7 @@
 //   exit    std::exit(3), without MPI_Finalize  (Open MPI kills the job: a rank exited improperly)
 //   throw   a qsdp::error that main catches, prints, and answers with MPI_Abort (what users should
 //   do) segv    raise(SIGSEGV)                      (Open MPI kills the job: a rank died on a
-//   signal) hang    rank 1 sleeps forever               (the others' mpi_options::timeout ends the
+//   signal) hang    rank 1 sleeps forever               (the others' fault_options::timeout ends the
 //   job) skip    rank 1 skips the last collective and calls MPI_Finalize (the timeout ends the job)
 // Usage: qsdp_test_mpi_faults <mode> [timeout_ms]. The default timeout is 2000 ms for none, hang
 // and skip, 0 (blocking MPI calls) for the modes where a rank dies, to show that Open MPI alone
@@ -17,6 +17,8 @@
 // mpi.fault.*).
 #include <qsdp/collectives.hpp>
 #include <qsdp/mpi.hpp>
+
+#include "mpi_check.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -32,18 +34,8 @@
 
 namespace {
 
-int g_rank = -1;
-long g_passed = 0;
-long g_failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-  }
-}
+using qsdp_mpi_test::check;
+using qsdp_mpi_test::g_rank;
 
 enum class fault { none, abort, exit, throw_error, segv, hang, skip };
 
@@ -206,7 +198,7 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
 
-  long counts[2] = {g_passed, g_failed};
+  long counts[2] = {qsdp_mpi_test::g_passed, qsdp_mpi_test::g_failed};
   long totals[2] = {0, 0};
   if (mode != fault::skip || g_rank != 1)  // a skipping rank went straight on to MPI_Finalize
     MPI_Allreduce(counts, totals, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

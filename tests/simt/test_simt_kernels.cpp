@@ -18,7 +18,7 @@
 #include <qsdp/codec.hpp>
 #include <qsdp/detail/cuda/device_codec.cuh>
 
-#include "../test_support.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -77,8 +77,8 @@ void check(const Q& q, std::size_t count, std::size_t src_offset, std::size_t pa
   // Decode the host's packet with the decode kernel, into T at the source's offset.
   buffer in(bytes, packet_offset), out(count * sizeof(T), src_offset);
   std::memcpy(in.get(), expected.data(), bytes);
-  cuda::device_failure failure{};
-  const qsdp::detail::header_expectation want = cuda::device_expectation<Q, T>(q, count);
+  cuda::device_report failure{};
+  const qsdp::detail::header_expectation want = qsdp::detail::expectation_for<T>(q, count);
   T* dst = reinterpret_cast<T*>(out.get());
   cuda::launch_decode(q, in.get(), 0, 1, count, want, 0, &failure,
                       cuda::store_sink<T>{dst, cuda::aligned16(dst)}, cudaStream_t{}, "simt");
@@ -105,10 +105,10 @@ void check_reduce(const Q& q, std::size_t count, int world) {
   std::vector<float> acc(count, 0.0f);
   qsdp::decode_accumulate(q, packets.get(), static_cast<std::size_t>(world), count, acc.data());
   buffer out(count * sizeof(T), 0);
-  cuda::device_failure failure{};
+  cuda::device_report failure{};
   T* dst = reinterpret_cast<T*>(out.get());
   cuda::launch_decode(q, packets.get(), bytes, static_cast<unsigned>(world), count,
-                      cuda::device_expectation<Q, T>(q, count), 0, &failure,
+                      qsdp::detail::expectation_for<T>(q, count), 0, &failure,
                       cuda::reduce_sink<T>{dst, true, true, static_cast<float>(world)},
                       cudaStream_t{}, "simt");
   std::size_t differing = 0;
@@ -171,12 +171,17 @@ TEST_CASE("emulated kernels: a bad header is reported once and its values become
   qsdp::encode(q, x.data(), count, packet.data(), qsdp::rng_position{});
   packet[7] = std::byte{5};  // bits
   std::vector<float> out(count, 0.0f);
-  cuda::device_failure failure{};
+  cuda::device_report failure{};
   cuda::launch_decode(q, packet.data(), 0, 1, count,
-                      cuda::device_expectation<qsdp::uniform<8>, float>(q, count), 3, &failure,
+                      qsdp::detail::expectation_for<float>(q, count), 3, &failure,
                       cuda::store_sink<float>{out.data(), false}, cudaStream_t{}, "simt");
   CHECK(failure.ready == 1);
-  CHECK(failure.packet == 3);
-  CHECK(failure.seen.bits == 5);
+  CHECK(failure.index == 3);
+  cuda::bad_header reported;
+  std::memcpy(&reported, failure.detail, sizeof reported);
+  CHECK(reported.seen.bits == 5);
+  CHECK(cuda::describe_bad_header(failure, "simt", "packet") ==
+        "simt: packet has 5 bits per value, decoder expects 8 (in packet 3, found by the device; "
+        "values decoded from it were set to NaN)");
   CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
 }

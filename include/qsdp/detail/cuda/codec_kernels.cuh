@@ -25,12 +25,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "../../quantizers.hpp"
-#include "../float_types.hpp"
-#include "../format.hpp"
-#include "../group_codec.hpp"
-#include "runtime.hpp"
+#include "../codec/float_types.hpp"
+#include "../codec/format.hpp"
+#include "../codec/group.hpp"
+#include "../transport/cuda_runtime.hpp"
 
 // Unrolling hints for nvcc; nothing for a host compiler (tests/simt compiles these kernels with
 // one).
@@ -249,14 +251,38 @@ __global__ void __launch_bounds__(fast_encode_block)
 // ---- Decoding
 // ---------------------------------------------------------------------------------------
 
+/// What a decoding kernel reports about a bad header (device_report::detail).
+struct bad_header {
+  packet_header seen;
+  header_expectation want;
+};
+static_assert(sizeof(bad_header) <= sizeof(device_report::detail), "device_report::detail too small");
+
+/// The host's message for a bad_header report: the host decoder's own, for the same header, and where
+/// the packet was: "(in <source_noun> <index>, ...)", e.g. "in packet 2" or "in the packet from rank 2".
+inline std::string describe_bad_header(const device_report& report, const char* where,
+                                       const char* source_noun) {
+  bad_header b;
+  std::memcpy(&b, report.detail, sizeof b);
+  std::string message;
+  try {
+    check_header(b.seen, b.want, where);
+    message = std::string(where) + ": a kernel reported a bad packet header";
+  } catch (const qsdp::error& e) {
+    message = e.what();
+  }
+  return message + " (in " + source_noun + " " + std::to_string(report.index) +
+         ", found by the device; values decoded from it were set to NaN)";
+}
+
 /// Records a bad header (first failure wins) so that failure_channel::poll reports it.
-__device__ inline void report_bad_header(device_failure* f, unsigned packet,
+__device__ inline void report_bad_header(device_report* f, unsigned packet,
                                          const packet_header& seen,
                                          const header_expectation& want) {
   if (atomicCAS(&f->claimed, 0u, 1u) != 0u) return;
-  f->packet = packet;
-  f->seen = seen;
-  f->want = want;
+  f->index = packet;
+  const bad_header b{seen, want};
+  memcpy(f->detail, &b, sizeof b);
   __threadfence_system();
   atomicExch(&f->ready, 1u);
 }
@@ -265,12 +291,12 @@ __device__ inline void report_bad_header(device_failure* f, unsigned packet,
 /// ...); returns to every thread whether all match. Block 0 reports a mismatch.
 __device__ inline bool headers_ok(const std::byte* packets, std::size_t packet_bytes,
                                   unsigned count, unsigned first_index,
-                                  const header_expectation& want, device_failure* f) {
+                                  const header_expectation& want, device_report* f) {
   int ok = 1;
   for (unsigned p = threadIdx.x; p < count; p += blockDim.x) {
     packet_header h;
     memcpy(&h, packets + p * packet_bytes, sizeof h);
-    if (!header_matches(h, want)) {
+    if (header_mismatch(h, want) != header_field::none) {
       ok = 0;
       if (blockIdx.x == 0) report_bad_header(f, first_index + p, h, want);
     }
@@ -400,7 +426,7 @@ template <class Q, class Sink>
 __global__ void __launch_bounds__(codec_block)
     decode_kernel(Q q, const std::byte* packets, std::size_t packet_bytes, unsigned packet_count,
                   unsigned first_index, std::size_t count, packet_layout l, header_expectation want,
-                  int log2_bucket, bool packets_aligned, device_failure* failure, Sink sink) {
+                  int log2_bucket, bool packets_aligned, device_report* failure, Sink sink) {
   const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
   const std::uint64_t groups = (count + group_values - 1) / group_values;
   for (std::uint64_t g = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; g < groups;

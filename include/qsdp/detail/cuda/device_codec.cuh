@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The device codec: launchers for the kernels of codec_kernels.cuh, and the public overloads of
-// encode, decode and decode_accumulate that take device buffers and a cudaStream_t (codec.hpp
-// includes this file when nvcc compiles it). Calls are stream-ordered and never synchronise. A bad
+// The device codec: launchers for the kernels of codec_kernels.cuh, and the definitions of the device
+// overloads of encode, decode and decode_accumulate declared in qsdp/codec.hpp (which includes this
+// file when nvcc compiles it). Calls are stream-ordered and never synchronise. A bad
 // packet header is found by the decoding kernel itself: its values come out as NaN and the failure
 // is reported by qsdp::synchronize_and_check(stream), or by the next device codec call on that
 // device.
@@ -19,11 +19,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "../../codec.hpp"
 #include "../../quantizers.hpp"
-#include "../format.hpp"
-#include "../group_codec.hpp"
+#include "../codec/checks.hpp"
+#include "../codec/format.hpp"
+#include "../codec/group.hpp"
+#include "../transport/cuda_runtime.hpp"
 #include "codec_kernels.cuh"
-#include "runtime.hpp"
 
 namespace qsdp::detail::cuda {
 
@@ -60,14 +62,6 @@ inline int pow2_log(std::size_t bucket, std::size_t lo, std::size_t hi) {
   int log = 0;
   while ((std::size_t{1} << log) < bucket) ++log;
   return log;
-}
-
-/// What a device decoder of `count` values of T with policy q expects in a header.
-template <class Q, class T>
-header_expectation device_expectation(const Q& q, std::size_t count) {
-  header_expectation want = expectation_for(q, count, static_cast<int>(element_traits<T>::tag));
-  if constexpr (is_identity<Q>) want.bits = static_cast<std::uint8_t>(8 * sizeof(T));
-  return want;
 }
 
 /// Encodes count values at src (device) into the packet (device), stream-ordered.
@@ -109,7 +103,7 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
 template <class Q, class Sink>
 void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_bytes,
                    unsigned packet_count, std::size_t count, const header_expectation& want,
-                   unsigned first_index, device_failure* failure, const Sink& sink,
+                   unsigned first_index, device_report* failure, const Sink& sink,
                    cudaStream_t stream, const char* where) {
   packet_layout l;
   int log2_bucket = -1;
@@ -136,7 +130,7 @@ inline failure_channel& codec_failures(int device) {
   auto& c = channels[static_cast<std::size_t>(device)];
   if (!c) {
     c = std::make_unique<failure_channel>();
-    c->device_record("qsdp device codec");  // allocated here, under the lock, by the first call
+    c->device_record("qsdp device codec", describe_bad_header);  // allocated here, under the lock, by the first call
   }
   return *c;
 }
@@ -156,8 +150,6 @@ int check_device_call(const Q& q, std::size_t count, cudaStream_t stream, const 
 
 namespace qsdp {
 
-/// Device encode: src and packet are device memory of the stream's device; stream-ordered, no
-/// synchronisation. Takes the policy's next call index, like the host encode.
 template <class Q, class T>
 void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_position position,
             cudaStream_t stream) {
@@ -185,9 +177,6 @@ void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, cuda
   encode(q, src, count, packet, rng_position{.call = key.call, .stream = 0}, stream);
 }
 
-/// Device decode of one packet of `count` values into dst (device memory). Buckets that held NaN or
-/// inf decode to NaN. A packet whose header does not match q and count decodes to NaN and the
-/// mismatch is reported by synchronize_and_check (or the next device codec call).
 template <class Q, class T>
 void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst, cudaStream_t stream) {
   constexpr const char* where = "qsdp::decode (device)";
@@ -201,14 +190,11 @@ void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst, cuda
     detail::cuda::require_device_pointer(dst, "dst", device, where);
   }
   detail::cuda::launch_decode(
-      q, packet, 0, 1, count, detail::cuda::device_expectation<Q, T>(q, count), 0,
-      detail::cuda::codec_failures(device).device_record(where),
+      q, packet, 0, 1, count, detail::expectation_for<T>(q, count), 0,
+      detail::cuda::codec_failures(device).device_record(where, detail::cuda::describe_bad_header),
       detail::cuda::store_sink<T>{dst, detail::cuda::aligned16(dst)}, stream, where);
 }
 
-/// Device decode-accumulate: acc[i] += the sum over packets of value i, in packet order, for
-/// `packet_count` packets of `count` values stored back to back (as all_to_all_bytes delivers
-/// them).
 template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_count,
                        std::size_t count, float* acc, cudaStream_t stream) {
@@ -239,28 +225,18 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
     detail::cuda::check(cudaMemcpyAsync(&h, packets, sizeof h, cudaMemcpyDeviceToHost, stream),
                         "cudaMemcpyAsync", where);
     detail::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
-    detail::check_header(
-        h,
-        [&] {
-          detail::header_expectation e = detail::expectation_for(q, count, h.element);
-          e.bits = static_cast<std::uint8_t>(
-              8 * detail::element_size(static_cast<detail::element_type>(h.element)));
-          return e;
-        }(),
-        where);
+    detail::check_header(h, detail::expectation_for(q, count, -1), where);
     packet_bytes = detail::make_layout(h.bits, 0, 0, count).total;
   } else {
     packet_bytes = detail::layout_for<Q, float>(q, count).total;
   }
   const detail::header_expectation want = detail::expectation_for(q, count, -1);
   detail::cuda::launch_decode(q, packets, packet_bytes, static_cast<unsigned>(packet_count), count,
-                              want, 0, detail::cuda::codec_failures(device).device_record(where),
+                              want, 0, detail::cuda::codec_failures(device).device_record(where, detail::cuda::describe_bad_header),
                               detail::cuda::accumulate_sink{acc, detail::cuda::aligned16(acc)},
                               stream, where);
 }
 
-/// Waits for the stream, then reports any bad packet a device decode on its device found since the
-/// last check (as a qsdp::error naming the field, as the host decoder would).
 inline void synchronize_and_check(cudaStream_t stream) {
   constexpr const char* where = "qsdp::synchronize_and_check";
   detail::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The collectives on device buffers, over any qsdp::device_communicator (collectives.hpp includes
-// this file when nvcc compiles it). Same pipeline, same random streams and same packets as the host
+// The collectives on device buffers, over any qsdp::device_communicator (declared and documented in
+// qsdp/collectives.hpp, which includes this file when nvcc compiles it). Same pipeline, same random streams and same packets as the host
 // collectives; every step is ordered on the caller's stream and nothing waits on the GPU, except
 // once per new call signature:
 //
@@ -24,9 +24,12 @@
 #include <vector>
 
 #include "../../codec.hpp"
+#include "../../collectives.hpp"
 #include "../../device_communicator.hpp"
+#include "../codec/checks.hpp"
+#include "../collectives/plan.hpp"
+#include "../transport/cuda_runtime.hpp"
 #include "device_codec.cuh"
-#include "runtime.hpp"
 
 namespace qsdp::detail::cuda {
 
@@ -45,13 +48,8 @@ void check_device_collective(Comm& comm, const Q& q, const void* a, const char* 
     throw qsdp::error(std::string(where) + ": the stream belongs to device " +
                       std::to_string(device) + ", the communicator to device " +
                       std::to_string(comm.device()));
+  check_buffers(a, a_name, b, b_name, count, where);
   if (count > 0) {
-    if (a == nullptr)
-      throw qsdp::error(std::string(where) + ": " + a_name + " is null with count " +
-                        std::to_string(count));
-    if (b == nullptr)
-      throw qsdp::error(std::string(where) + ": " + b_name + " is null with count " +
-                        std::to_string(count));
     require_device_pointer(a, a_name, device, where);
     require_device_pointer(b, b_name, device, where);
   }
@@ -60,7 +58,7 @@ void check_device_collective(Comm& comm, const Q& q, const void* a, const char* 
 }
 
 /// The descriptor agreement, once per call signature (see the file comment). `scratch` holds
-/// 64 * (world + 1) device bytes.
+/// world + 1 descriptors of device memory (plan_scratch's descriptor section).
 template <class Comm>
 void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cudaStream_t stream,
                 const char* where) {
@@ -100,8 +98,8 @@ void all_gather_packets(Comm& comm, const Q& q, const T* send, T* recv, std::siz
   launch_encode(q, send, count, mine,
                 rng_key{seed_of(q), call, chunk_stream(comm.rank(), world, 0)}, stream, where);
   comm.all_gather_bytes(mine, gathered, packet_bytes, stream);
-  const header_expectation want = device_expectation<Q, T>(q, count);
-  device_failure* failure = comm.state().failures.device_record(where);
+  const header_expectation want = expectation_for<T>(q, count);
+  device_report* failure = comm.state().failures.device_record(where, describe_bad_header);
   for (int r = 0; r < world; ++r) {
     T* out = recv + static_cast<std::size_t>(r) * count;
     launch_decode(q, gathered + static_cast<std::size_t>(r) * packet_bytes, packet_bytes, 1, count,
@@ -129,7 +127,7 @@ void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std:
   // does) and writes the result once.
   launch_decode(
       q, incoming, packet_bytes, static_cast<unsigned>(world), count,
-      device_expectation<Q, T>(q, count), 0, comm.state().failures.device_record(where),
+      expectation_for<T>(q, count), 0, comm.state().failures.device_record(where, describe_bad_header),
       reduce_sink<T>{recv, aligned16(recv), op == reduce_op::avg, static_cast<float>(world)},
       stream, where);
 }
@@ -138,7 +136,6 @@ void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std:
 
 namespace qsdp {
 
-/// Compressed all-gather of device buffers, ordered on `stream` (like ncclAllGather).
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 cudaStream_t stream) {
@@ -147,20 +144,18 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
                                                     stream, where);
   const auto world = static_cast<std::size_t>(comm.size());
   const std::uint64_t call = comm.next_call();
-  const std::size_t packet_bytes = compressed_size<T>(q, count);
-  const std::size_t descriptors = detail::align64(64 * (world + 1));
-  std::byte* scratch =
-      comm.state().workspace.get(descriptors + packet_bytes * (world + 1), stream, where);
+  const detail::scratch_layout l =
+      detail::plan_scratch(detail::collective_kind::all_gather, memory_space::device, world, count,
+                           sizeof(T), compressed_size<T>(q, count));
+  std::byte* scratch = comm.state().workspace.get(l.total, stream, where);
   detail::cuda::agree_once(comm,
                            detail::describe_call<Q, T>(q, detail::collective_kind::all_gather,
                                                        reduce_op::sum, false, count, comm.size()),
-                           scratch, stream, where);
-  detail::cuda::all_gather_packets(comm, q, send, recv, count, call, scratch + descriptors, stream,
+                           scratch + l.descriptors, stream, where);
+  detail::cuda::all_gather_packets(comm, q, send, recv, count, call, scratch + l.packets, stream,
                                    where);
 }
 
-/// Compressed reduce-scatter of device buffers, ordered on `stream` (like ncclReduceScatter): each
-/// value quantized once, summed in fp32 by one fused kernel.
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     cudaStream_t stream) {
@@ -170,20 +165,18 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
   detail::check_op(op, where);
   const auto world = static_cast<std::size_t>(comm.size());
   const std::uint64_t call = comm.next_call();
-  const std::size_t packet_bytes = compressed_size<T>(q, count);
-  const std::size_t descriptors = detail::align64(64 * (world + 1));
-  std::byte* scratch =
-      comm.state().workspace.get(descriptors + 2 * world * packet_bytes, stream, where);
+  const detail::scratch_layout l =
+      detail::plan_scratch(detail::collective_kind::reduce_scatter, memory_space::device, world,
+                           count, sizeof(T), compressed_size<T>(q, count));
+  std::byte* scratch = comm.state().workspace.get(l.total, stream, where);
   detail::cuda::agree_once(comm,
                            detail::describe_call<Q, T>(q, detail::collective_kind::reduce_scatter,
                                                        op, true, count, comm.size()),
-                           scratch, stream, where);
-  detail::cuda::reduce_scatter_packets(comm, q, send, recv, count, op, call, scratch + descriptors,
+                           scratch + l.descriptors, stream, where);
+  detail::cuda::reduce_scatter_packets(comm, q, send, recv, count, op, call, scratch + l.packets,
                                        stream, where);
 }
 
-/// Compressed all-reduce in place on device buffers: reduce_scatter, then all_gather of the reduced
-/// shards (the last padded with zeros), so every rank ends bit-identical.
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 cudaStream_t stream) {
@@ -196,20 +189,16 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
   const std::uint64_t gather_call = comm.next_call();
   const std::size_t shard = (count + world - 1) / world;
   const std::size_t padded = shard * world;
-  const std::size_t packet_bytes = compressed_size<T>(q, shard);
-  const std::size_t descriptors = detail::align64(64 * (world + 1));
-  const std::size_t packets = detail::align64(2 * world * packet_bytes);
-  const std::size_t values = detail::align64(padded * sizeof(T));
-  const std::size_t reduced = detail::align64(shard * sizeof(T));
-  std::byte* scratch =
-      comm.state().workspace.get(descriptors + packets + values + reduced, stream, where);
+  const detail::scratch_layout l =
+      detail::plan_scratch(detail::collective_kind::all_reduce, memory_space::device, world, shard,
+                           sizeof(T), compressed_size<T>(q, shard));
+  std::byte* scratch = comm.state().workspace.get(l.total, stream, where);
   detail::cuda::agree_once(comm,
                            detail::describe_call<Q, T>(q, detail::collective_kind::all_reduce, op,
                                                        true, count, comm.size()),
-                           scratch, stream, where);
-  std::byte* packet_area = scratch + descriptors;
-  T* full = reinterpret_cast<T*>(scratch + descriptors + packets);
-  T* mine = reinterpret_cast<T*>(scratch + descriptors + packets + values);
+                           scratch + l.descriptors, stream, where);
+  T* full = reinterpret_cast<T*>(scratch + l.values);
+  T* mine = reinterpret_cast<T*>(scratch + l.reduced);
   if (count)
     detail::cuda::check(
         cudaMemcpyAsync(full, data, count * sizeof(T), cudaMemcpyDeviceToDevice, stream),
@@ -217,10 +206,10 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
   if (padded > count)  // all-zero bits are +0 in float, __half and __nv_bfloat16
     detail::cuda::check(cudaMemsetAsync(full + count, 0, (padded - count) * sizeof(T), stream),
                         "cudaMemsetAsync", where);
-  detail::cuda::reduce_scatter_packets(comm, q, full, mine, shard, op, scatter_call, packet_area,
-                                       stream, where);
-  detail::cuda::all_gather_packets(comm, q, mine, full, shard, gather_call, packet_area, stream,
-                                   where);
+  detail::cuda::reduce_scatter_packets(comm, q, full, mine, shard, op, scatter_call,
+                                       scratch + l.packets, stream, where);
+  detail::cuda::all_gather_packets(comm, q, mine, full, shard, gather_call, scratch + l.packets,
+                                   stream, where);
   if (count)
     detail::cuda::check(
         cudaMemcpyAsync(data, full, count * sizeof(T), cudaMemcpyDeviceToDevice, stream),

@@ -15,12 +15,13 @@
 #include <cstring>
 #include <limits>
 
-#include "../quantizers.hpp"
-#include "bit_packing.hpp"
-#include "float_types.hpp"
-#include "format.hpp"
-#include "group_codec.hpp"
-#include "philox.hpp"
+#include "../../quantizers.hpp"
+#include "../codec/bit_packing.hpp"
+#include "../codec/float_types.hpp"
+#include "../codec/format.hpp"
+#include "../codec/statistics.hpp"
+#include "../codec/group.hpp"
+#include "../codec/philox.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(QSDP_NO_DISPATCH)
 #define QSDP_HOST_X86_DISPATCH 1
@@ -29,7 +30,7 @@
 #endif
 
 #if QSDP_HOST_X86_DISPATCH
-#include "host_avx2.hpp"
+#include "avx2.hpp"
 #endif
 
 namespace qsdp::detail {
@@ -48,30 +49,12 @@ QSDP_FORCE_INLINE void store_element(T* p, std::size_t i, T v) {
   std::memcpy(reinterpret_cast<unsigned char*>(p) + i * sizeof(T), &v, sizeof(T));
 }
 
-struct raw_bucket_stats {
-  float min;
-  float max;
-  bool finite;
-};
-
-/// min, max and whether every value is finite, in one vectorizable pass.
+/// A bucket's statistics in one vectorizable pass (the same partial_stats the kernels reduce).
 template <class T>
-QSDP_FORCE_INLINE raw_bucket_stats scan_bucket(const T* src, std::size_t n) {
-  std::int32_t lo = std::numeric_limits<std::int32_t>::max();
-  std::int32_t hi = std::numeric_limits<std::int32_t>::min();
-  std::uint32_t non_finite = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const std::uint32_t bits =
-        detail::bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, j)));
-    const std::int32_t key = ordered_key(bits);
-    lo = key < lo ? key : lo;
-    hi = key > hi ? key : hi;
-    non_finite |= static_cast<std::uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
-  }
-  // ordered_key is its own inverse.
-  return {detail::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(lo)))),
-          detail::bit_cast<float>(static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi)))),
-          non_finite == 0};
+QSDP_FORCE_INLINE partial_stats scan_bucket(const T* src, std::size_t n) {
+  partial_stats p;
+  for (std::size_t j = 0; j < n; ++j) p.add(element_traits<T>::to_float(load_element(src, j)));
+  return p;
 }
 
 /// Fills words[0, 4 * blocks) with Philox blocks first_block ... first_block + blocks - 1.
@@ -90,7 +73,7 @@ QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain, std::
 template <class Q>
 consteval bool avx2_kernels_for() {
 #if QSDP_HOST_X86_DISPATCH
-  return avx2::has_plan<Q>;
+  return avx2::has_grids<Q>;
 #else
   return false;
 #endif
@@ -120,21 +103,19 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
   for (std::size_t b = 0; b < l.buckets; ++b) {
     const std::size_t begin = b * bucket_size;
     const std::size_t n = std::min(bucket_size, count - begin);
-    raw_bucket_stats raw;
+    partial_stats stats;
 #if QSDP_HOST_X86_DISPATCH
     if constexpr (Avx2 && std::is_same_v<T, float>) {
-      const avx2::scan_result r = avx2::scan_f32(src + begin, n);
-      raw = {r.min, r.max, r.finite};
+      stats = avx2::scan_values<false>(src + begin, n);
     } else if constexpr (Avx2 && element_traits<T>::tag == element_type::bf16) {
-      const avx2::scan_result r = avx2::scan_values<true>(src + begin, n);
-      raw = {r.min, r.max, r.finite};
+      stats = avx2::scan_values<true>(src + begin, n);
     } else
 #endif
     {
-      raw = scan_bucket(src + begin, n);
+      stats = scan_bucket(src + begin, n);
     }
     meta_type m{};
-    if (!raw.finite) {
+    if (!stats.finite()) {
       // NaN or inf in the bucket: flag it (decoders produce NaN for all of it) and send zero codes.
       flags[b / 8] |= std::byte{static_cast<unsigned char>(1u << (b % 8))};
       std::memcpy(meta_out + b * sizeof(meta_type), &m, sizeof m);
@@ -146,13 +127,7 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
       }
       continue;
     }
-    bucket_stats s;
-    s.min = raw.min;
-    s.max = raw.max;
-    s.abs_max = std::max(-raw.min, raw.max);
-    s.count = n;
-    if constexpr (randomized_buckets<Q>()) s.u = key.uniform(draw_domain::bucket, b);
-    m = q.fit(s);
+    m = fit_bucket(q, stats, n, key, b);
     std::memcpy(meta_out + b * sizeof(meta_type), &m, sizeof m);
 
     for (std::size_t done = 0; done < n;) {
@@ -172,11 +147,11 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
           for (std::size_t j = 0; j < k; ++j) converted[j] = element_traits<T>::to_float(load_element(in, j));
           values = converted;
         }
-        const avx2::encode_plan plan = avx2::plan<Q>::encoder(q, m);
+        const code_grid grid = q.code_grid_for(m);
         if constexpr (randomized_elements<Q>()) {
-          avx2::encode_codes<true>(values, k, plan, avx2::value_halves(key, first, k, words), out);
+          avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words), out);
         } else {
-          avx2::encode_codes<false>(values, k, plan, nullptr, out);
+          avx2::encode_codes<false>(values, k, grid, nullptr, out);
         }
         codes.commit(k);
         done += k;
@@ -220,16 +195,16 @@ struct store_sink {
   }
 #if QSDP_HOST_X86_DISPATCH
   __attribute__((target("avx2,fma"))) void put_avx2(
-      std::size_t i, std::size_t n, const std::uint8_t* codes, const avx2::decode_plan& plan) const {
+      std::size_t i, std::size_t n, const std::uint8_t* codes, const value_grid& grid) const {
     if constexpr (std::is_same_v<T, float>) {
-      avx2::decode_values<false>(codes, n, plan, dst + i);
+      avx2::decode_values<false>(codes, n, grid, dst + i);
     } else if constexpr (element_traits<T>::tag == element_type::bf16) {
       alignas(64) float values[host_segment];
-      avx2::decode_values<false>(codes, n, plan, values);
+      avx2::decode_values<false>(codes, n, grid, values);
       avx2::f32_to_bf16<true>(values, n, dst + i);
     } else {
       alignas(64) float values[host_segment];
-      avx2::decode_values<false>(codes, n, plan, values);
+      avx2::decode_values<false>(codes, n, grid, values);
       for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
     }
   }
@@ -248,8 +223,8 @@ struct accumulate_sink {
   }
 #if QSDP_HOST_X86_DISPATCH
   __attribute__((target("avx2,fma"))) void put_avx2(
-      std::size_t i, std::size_t n, const std::uint8_t* codes, const avx2::decode_plan& plan) const {
-    avx2::decode_values<true>(codes, n, plan, acc + i);
+      std::size_t i, std::size_t n, const std::uint8_t* codes, const value_grid& grid) const {
+    avx2::decode_values<true>(codes, n, grid, acc + i);
   }
 #endif
 };
@@ -288,7 +263,7 @@ QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, con
     }
 #if QSDP_HOST_X86_DISPATCH
     if constexpr (Avx2 && avx2_kernels_for<Q>()) {
-      sink.put_avx2(i, n, codes, avx2::plan<Q>::decoder(q, m));
+      sink.put_avx2(i, n, codes, q.value_grid_for(m));
       i = stop;
       continue;
     }

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../config.hpp"
+#include "../../config.hpp"
 
 #if QSDP_HAS_CUDA_HALF
 #include <cuda_bf16.h>

@@ -2,9 +2,10 @@
 //
 // Hand-vectorized AVX2+FMA loops for the built-in policies on x86-64. Compilers vectorize the generic
 // loops poorly here: without -ffast-math they will not turn the clamps into min/max instructions, and
-// the double-precision arithmetic the built-ins need for exactness spills registers. These loops do the
-// very same IEEE operations in the same order as the policies' scalar functions (convert, subtract,
-// fma, max, min, truncate), so results are bit-identical to the baseline path; the tests compare both.
+// the double-precision arithmetic the built-ins need for exactness spills registers. These loops
+// evaluate the policies' own grids (detail/codec/grid.hpp: code_grid_for, value_grid_for) with the very
+// same IEEE operations in the same order as grid_code and grid_value (convert, subtract, fma, max, min,
+// truncate), so results are bit-identical to the baseline path; the tests compare both.
 //
 // Every function here carries the avx2/fma target attribute and is only called when the CPU has both.
 #pragma once
@@ -19,9 +20,11 @@
 #include <limits>
 #include <type_traits>
 
-#include "../quantizers.hpp"
-#include "float_types.hpp"
-#include "philox.hpp"
+#include "../../quantizers.hpp"
+#include "../codec/float_types.hpp"
+#include "../codec/grid.hpp"
+#include "../codec/statistics.hpp"
+#include "../codec/philox.hpp"
 
 // Small helpers are force-inlined into the loops; the loops themselves are ordinary (out-of-line)
 // functions, so that the generic codec templates, compiled for the baseline ISA, may call them.
@@ -29,12 +32,6 @@
 #define QSDP_AVX2_LOOP inline __attribute__((target("avx2,fma")))
 
 namespace qsdp::detail::avx2 {
-
-struct scan_result {
-  float min;
-  float max;
-  bool finite;
-};
 
 /// Eight values as float bits: floats as they are, bf16 (raw 16-bit patterns) widened exactly (a bf16 is
 /// the upper half of the float it stands for).
@@ -61,10 +58,10 @@ QSDP_AVX2_INLINE std::uint32_t load1_float_bits(const void* src, std::size_t j) 
   }
 }
 
-/// min, max and finiteness of n floats (or bf16 values, Bf16 = true; any alignment), via the
-/// order-preserving integer key.
+/// The statistics of n floats (or bf16 values, Bf16 = true; any alignment): partial_stats::add's
+/// order-preserving integer key, min and max, eight lanes at a time.
 template <bool Bf16>
-QSDP_AVX2_LOOP scan_result scan_values(const void* src, std::size_t n) {
+QSDP_AVX2_LOOP partial_stats scan_values(const void* src, std::size_t n) {
   const __m256i sign_clear = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i exponent = _mm256_set1_epi32(0x7F800000);
   __m256i lo = _mm256_set1_epi32(std::numeric_limits<std::int32_t>::max());
@@ -81,27 +78,12 @@ QSDP_AVX2_LOOP scan_result scan_values(const void* src, std::size_t n) {
   alignas(32) std::int32_t lo_lanes[8], hi_lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lo_lanes), lo);
   _mm256_store_si256(reinterpret_cast<__m256i*>(hi_lanes), hi);
-  std::int32_t l = lo_lanes[0], h = hi_lanes[0];
-  for (int k = 1; k < 8; ++k) {
-    l = lo_lanes[k] < l ? lo_lanes[k] : l;
-    h = hi_lanes[k] > h ? hi_lanes[k] : h;
-  }
-  bool finite = _mm256_testz_si256(bad, bad);
-  for (std::size_t j = vector_end; j < n; ++j) {
-    const std::uint32_t b = load1_float_bits<Bf16>(src, j);
-    const auto s = static_cast<std::int32_t>(b);
-    const std::int32_t key = s ^ ((s >> 31) & 0x7FFFFFFF);
-    l = key < l ? key : l;
-    h = key > h ? key : h;
-    finite = finite && (b & 0x7F800000u) != 0x7F800000u;
-  }
-  auto from_key = [](std::int32_t key) {
-    return detail::bit_cast<float>(static_cast<std::uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF)));
-  };
-  return {from_key(l), from_key(h), finite};
+  partial_stats p;
+  for (int k = 0; k < 8; ++k) p.merge({lo_lanes[k], hi_lanes[k], 0});
+  p.non_finite = _mm256_testz_si256(bad, bad) ? 0u : 1u;
+  for (std::size_t j = vector_end; j < n; ++j) p.add(bit_cast<float>(load1_float_bits<Bf16>(src, j)));
+  return p;
 }
-
-QSDP_AVX2_LOOP scan_result scan_f32(const float* src, std::size_t n) { return scan_values<false>(src, n); }
 
 /// n bf16 values (raw 16-bit patterns) to floats, exactly.
 QSDP_AVX2_LOOP void bf16_to_f32(const void* src, std::size_t n, float* dst) {
@@ -257,30 +239,22 @@ QSDP_AVX2_INLINE __m256d halves_to_uniform(const std::uint16_t* h) {
   return _mm256_fmadd_pd(_mm256_cvtepi32_pd(h32), _mm256_set1_pd(0x1p-16), _mm256_set1_pd(0x1p-17));
 }
 
-/// The affine grid all built-in encoders share:
-///   code = trunc(min(max(fma(x - origin, inverse_step, offset), 0), top))
-/// with offset either a constant or the value's 16-bit draw (then offset = (halves[j] + 1/2) / 2^16).
-struct encode_plan {
-  double origin;
-  double inverse_step;
-  double offset;
-  double top;
-};
-
-QSDP_AVX2_INLINE __m128i encode4(__m128 x4, const encode_plan& p, __m256d offset) {
-  const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(x4), _mm256_set1_pd(p.origin));
-  __m256d t = _mm256_fmadd_pd(d, _mm256_set1_pd(p.inverse_step), offset);
+/// code_grid's formula (grid_code) for four values: the same IEEE operations in the same order.
+QSDP_AVX2_INLINE __m128i encode4(__m128 x4, const code_grid& g, __m256d offset) {
+  const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(x4), _mm256_set1_pd(g.origin));
+  __m256d t = _mm256_fmadd_pd(d, _mm256_set1_pd(g.inverse_step), offset);
   t = _mm256_max_pd(t, _mm256_setzero_pd());    // t > 0 ? t : 0   (NaN -> 0, as in clamp_d)
-  t = _mm256_min_pd(t, _mm256_set1_pd(p.top));  // t < top ? t : top
+  t = _mm256_min_pd(t, _mm256_set1_pd(g.top));  // t < top ? t : top
   return _mm256_cvttpd_epi32(t);
 }
 
 inline constexpr std::size_t prefetch_distance = 1024;  // values ahead
 
-template <bool PerValueOffset>
-QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const encode_plan& p,
-                                   const std::uint16_t* halves, std::uint8_t* out) {
-  const __m256d constant_offset = _mm256_set1_pd(p.offset);
+/// Codes of n floats on grid g; DrawnOffset: value j's offset is its 16-bit draw halves[j].
+template <bool DrawnOffset>
+QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const code_grid& g,
+                                 const std::uint16_t* halves, std::uint8_t* out) {
+  const __m256d constant_offset = _mm256_set1_pd(g.offset);
   const std::size_t vector_end = n - n % 16;
   for (std::size_t j = 0; j < vector_end; j += 16) {
     // The values were just scanned, so they sit in L1; meanwhile pull in what comes next (the next
@@ -289,71 +263,49 @@ QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const encode_pla
     __m128i q[4];
     for (int h = 0; h < 4; ++h) {
       const __m128 x4 = _mm_loadu_ps(x + j + 4 * h);
-      const __m256d offset =
-          PerValueOffset ? halves_to_uniform(halves + j + 4 * h) : constant_offset;
-      q[h] = encode4(x4, p, offset);
+      const __m256d offset = DrawnOffset ? halves_to_uniform(halves + j + 4 * h) : constant_offset;
+      q[h] = encode4(x4, g, offset);
     }
     const __m128i words01 = _mm_packs_epi32(q[0], q[1]);  // codes <= 255: no saturation happens
     const __m128i words23 = _mm_packs_epi32(q[2], q[3]);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm_packus_epi16(words01, words23));
   }
   for (std::size_t j = vector_end; j < n; ++j) {
-    const double offset =
-        PerValueOffset ? static_cast<double>(uniform_from_half(halves[j])) : p.offset;
     float value;  // the caller's buffer may sit at any byte offset: x[j] would be a misaligned load
     std::memcpy(&value, x + j, sizeof value);
-    double t = fma_d(static_cast<double>(value) - p.origin, p.inverse_step, offset);
-    out[j] = static_cast<std::uint8_t>(floor_nonnegative(clamp_d(t, 0.0, p.top)));
+    const float u = DrawnOffset ? uniform_from_half(halves[j]) : 0.0f;
+    out[j] = static_cast<std::uint8_t>(grid_code<DrawnOffset>(g, value, u));
   }
 }
 
-/// The decoders: value = fma(code + shift, step, base) (affine), or (code + shift) * step (scaled, for
-/// symmetric, whose scalar form is a product), then optionally clamped to [lo, hi] in double.
-struct decode_plan {
-  bool product;  // true: (code + shift + fraction) * step; false: fma(code + shift + fraction, step, base)
-  double shift;     // an integer, so code + shift is exact
-  double fraction;  // added second, as the scalar decode does: (code - 1) + shift for random_shift
-  double step;
-  double base;
-  bool clamp;
-  double lo;
-  double hi;
-};
-
-QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const decode_plan& p) {
-  const __m256d c = _mm256_add_pd(_mm256_add_pd(_mm256_cvtepi32_pd(codes32), _mm256_set1_pd(p.shift)),
-                                  _mm256_set1_pd(p.fraction));
-  __m256d v = p.product ? _mm256_mul_pd(c, _mm256_set1_pd(p.step))
-                        : _mm256_fmadd_pd(c, _mm256_set1_pd(p.step), _mm256_set1_pd(p.base));
-  if (p.clamp) {
-    v = _mm256_max_pd(v, _mm256_set1_pd(p.lo));
-    v = _mm256_min_pd(v, _mm256_set1_pd(p.hi));
+/// value_grid's formula (grid_value) for four codes, rounded to float.
+QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const value_grid& g) {
+  const __m256d c = _mm256_add_pd(_mm256_add_pd(_mm256_cvtepi32_pd(codes32), _mm256_set1_pd(g.shift)),
+                                  _mm256_set1_pd(g.fraction));
+  __m256d v = g.product ? _mm256_mul_pd(c, _mm256_set1_pd(g.step))
+                        : _mm256_fmadd_pd(c, _mm256_set1_pd(g.step), _mm256_set1_pd(g.base));
+  if (g.clamp) {
+    v = _mm256_max_pd(v, _mm256_set1_pd(g.lo));
+    v = _mm256_min_pd(v, _mm256_set1_pd(g.hi));
   }
   return _mm256_cvtpd_ps(v);
 }
 
-QSDP_AVX2_INLINE double decode1(std::uint8_t code, const decode_plan& p) {
-  const double c = (static_cast<double>(code) + p.shift) + p.fraction;
-  double v = p.product ? c * p.step : fma_d(c, p.step, p.base);
-  if (p.clamp) v = clamp_d(v, p.lo, p.hi);
-  return v;
-}
-
 /// out[j] = value (Accumulate: out[j] += value), float output at any alignment.
 template <bool Accumulate>
-QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const decode_plan& p,
-                                    float* out) {
+QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const value_grid& g,
+                                  float* out) {
   const std::size_t vector_end = n - n % 8;
   for (std::size_t j = 0; j < vector_end; j += 8) {
     const __m256i c32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
-    const __m128 lo = decode4(_mm256_castsi256_si128(c32), p);
-    const __m128 hi = decode4(_mm256_extracti128_si256(c32, 1), p);
+    const __m128 lo = decode4(_mm256_castsi256_si128(c32), g);
+    const __m128 hi = decode4(_mm256_extracti128_si256(c32, 1), g);
     __m256 v = _mm256_set_m128(hi, lo);
     if constexpr (Accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + j), v);
     _mm256_storeu_ps(out + j, v);
   }
   for (std::size_t j = vector_end; j < n; ++j) {
-    float v = static_cast<float>(decode1(codes[j], p));
+    float v = static_cast<float>(grid_value(g, codes[j]));
     if constexpr (Accumulate) {
       float a;
       std::memcpy(&a, out + j, 4);
@@ -363,61 +315,14 @@ QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, cons
   }
 }
 
-// ---- plans of the built-in policies: the constants their scalar functions compute from metadata ----
-
+/// Whether these loops serve policy Q: the built-in policies, which state their math as grids. A user
+/// policy runs the generic loops, whatever members it has: its encode and decode are the contract.
 template <class Q>
-struct plan;  // no plan: the generic loop runs
-
-/// uniform and stochastic share their grid; only the encoder's offset differs (1/2, or the draw).
-template <class Q, bool RoundToNearest>
-struct range_grid_plan {
-  static encode_plan encoder(const Q&, const range_meta& m) {
-    const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
-    return {m.min, range > 0.0 ? Q::levels / range : 0.0, RoundToNearest ? 0.5 : 0.0, Q::levels};
-  }
-  static decode_plan decoder(const Q&, const range_meta& m) {
-    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / Q::levels;
-    return {false, 0.0, 0.0, step, m.min, false, 0.0, 0.0};
-  }
+inline constexpr bool has_grids = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 && requires(
+    const Q& q, const typename Q::meta_type& m) {
+  { q.code_grid_for(m) } -> std::same_as<code_grid>;
+  { q.value_grid_for(m) } -> std::same_as<value_grid>;
 };
-
-template <int B>
-struct plan<uniform<B>> : range_grid_plan<uniform<B>, true> {};
-
-template <int B>
-struct plan<stochastic<B>> : range_grid_plan<stochastic<B>, false> {};  // offset: the value's draw
-
-template <int B>
-struct plan<symmetric<B>> {
-  static constexpr double center = symmetric<B>::center;
-  static encode_plan encoder(const symmetric<B>&, const float& abs_max) {
-    // x - 0.0 == x for every finite x (including -0.0), so this matches fma(x, inverse, center + 1/2).
-    return {0.0, abs_max > 0.0f ? center / static_cast<double>(abs_max) : 0.0, center + 0.5, 2.0 * center};
-  }
-  static decode_plan decoder(const symmetric<B>&, const float& abs_max) {
-    return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
-  }
-};
-
-template <int B>
-struct plan<random_shift<B>> {
-  using Q = random_shift<B>;
-  static encode_plan encoder(const Q&, const shifted_range_meta& m) {
-    const double range = static_cast<double>(m.max) - static_cast<double>(m.min);
-    return {m.min, range > 0.0 ? Q::intervals / range : 0.0, 1.5 - static_cast<double>(m.shift),
-            Q::intervals + 1.0};
-  }
-  static decode_plan decoder(const Q&, const shifted_range_meta& m) {
-    // (code - 1) + shift in two steps, like the scalar decode: adding (shift - 1) at once is the same
-    // for the shifts an encoder draws (multiples of 2^-24), but not for any float a damaged or hostile
-    // packet may hold (a shift of 1e-38 vanishes in shift - 1), and the paths must agree on every packet.
-    const double step = (static_cast<double>(m.max) - static_cast<double>(m.min)) / Q::intervals;
-    return {false, -1.0, static_cast<double>(m.shift), step, m.min, true, -float_max, float_max};
-  }
-};
-
-template <class Q>
-inline constexpr bool has_plan = requires { plan<std::remove_cv_t<Q>>::encoder; };
 
 }  // namespace qsdp::detail::avx2
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../config.hpp"
+#include "../../config.hpp"
 
 namespace qsdp::detail {
 

@@ -13,10 +13,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../config.hpp"
-#include "../quantizers.hpp"
+#include "../../config.hpp"
+#include "../../quantizers.hpp"
 #include "float_types.hpp"
 #include "format.hpp"
+#include "statistics.hpp"
 #include "philox.hpp"
 
 namespace qsdp::detail {
@@ -28,56 +29,6 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE float quiet_nan() {
 
 /// Values per group: one Philox block of 16-bit draws, `bits` bytes of packed codes.
 inline constexpr unsigned group_values = 8;
-
-/// Maps a float's bits to an int32 with the same order (for finite values), so that min and max
-/// become integer reductions; non-finite values are flagged separately. It is its own inverse.
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::int32_t ordered_key(std::uint32_t bits) {
-  const auto sbits = static_cast<std::int32_t>(bits);
-  return sbits ^ ((sbits >> 31) & 0x7FFFFFFF);
-}
-
-/// Partial statistics of some values of a bucket. Merging is associative and commutative (integer
-/// min/max and or), so any reduction tree gives the bits the host's sequential scan gives.
-struct partial_stats {
-  std::int32_t lo = INT32_MAX;  // macros, not numeric_limits: usable in device code without flags
-  std::int32_t hi = INT32_MIN;
-  std::uint32_t non_finite = 0;
-
-  QSDP_HOST_DEVICE QSDP_FORCE_INLINE void add(float v) {
-    const std::uint32_t bits = detail::bit_cast<std::uint32_t>(v);
-    const std::int32_t key = ordered_key(bits);
-    lo = key < lo ? key : lo;
-    hi = key > hi ? key : hi;
-    non_finite |= static_cast<std::uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
-  }
-  QSDP_HOST_DEVICE QSDP_FORCE_INLINE void merge(const partial_stats& o) {
-    lo = o.lo < lo ? o.lo : lo;
-    hi = o.hi > hi ? o.hi : hi;
-    non_finite |= o.non_finite;
-  }
-  QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool finite() const { return non_finite == 0; }
-  QSDP_HOST_DEVICE QSDP_FORCE_INLINE float min() const {
-    return detail::bit_cast<float>(
-        static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(lo))));
-  }
-  QSDP_HOST_DEVICE QSDP_FORCE_INLINE float max() const {
-    return detail::bit_cast<float>(
-        static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi))));
-  }
-};
-
-/// A finite bucket's metadata, exactly as the host codec computes it (same abs_max, same draw).
-template <class Q>
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE typename Q::meta_type fit_bucket(
-    const Q& q, const partial_stats& p, std::size_t n, const rng_key& key, std::uint64_t bucket) {
-  bucket_stats s;
-  s.min = p.min();
-  s.max = p.max();
-  s.abs_max = -s.min < s.max ? s.max : -s.min;  // std::max(-min, max), as on the host
-  s.count = n;
-  if constexpr (randomized_buckets<Q>()) s.u = key.uniform(draw_domain::bucket, bucket);
-  return q.fit(s);
-}
 
 /// The 16-bit draw of value k (0..7) of a group whose Philox block is `block`.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float group_draw(const philox_block& block, unsigned k) {
@@ -146,52 +97,6 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE unsigned group_bytes(int bits, std::uint64_t 
 /// Whether bucket b is flagged as holding NaN or inf.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool bucket_flagged(const std::uint8_t* flags, std::uint64_t b) {
   return (flags[b >> 3] >> (b & 7)) & 1u;
-}
-
-/// Bytes of metadata per bucket (none for identity).
-template <class Q>
-QSDP_HOST_DEVICE constexpr std::size_t meta_size_of() {
-  if constexpr (is_identity<Q>)
-    return 0;
-  else
-    return sizeof(typename Q::meta_type);
-}
-
-/// The header an encoder of Q writes for `count` values of T.
-template <class Q, class T>
-QSDP_HOST_DEVICE packet_header make_header(const Q& q, std::size_t count) {
-  packet_header h{};
-  h.magic = packet_magic;
-  h.version = packet_version;
-  h.quantizer_id = wire_id<Q>();
-  h.element = static_cast<std::uint8_t>(element_traits<T>::tag);
-  h.wire_tag = wire_tag<Q>();
-  h.count = count;
-  if constexpr (is_identity<Q>) {
-    h.bits = static_cast<std::uint8_t>(8 * sizeof(T));
-  } else {
-    h.bits = Q::bits;
-    h.meta_size = sizeof(typename Q::meta_type);
-    h.bucket_size = q.bucket_size;
-  }
-  return h;
-}
-
-/// Whether a received header is the one `want` describes, field for field (the device kernels run
-/// this; the host turns a failure into check_header's message). `element` < 0 accepts any element
-/// type. An identity expectation with element < 0 accepts raw values of any element type, with the
-/// matching width.
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool header_matches(const packet_header& h,
-                                                       const header_expectation& want) {
-  const bool any_raw = want.quantizer_id == identity::wire_id && want.element < 0;
-  const unsigned raw_bits = h.element == 2 ? 64u : (h.element == 1 ? 32u : 16u);
-  const bool bits_ok =
-      any_raw ? (h.element >= 1 && h.element <= 4 && h.bits == raw_bits) : h.bits == want.bits;
-  return h.magic == packet_magic && h.version == packet_version &&
-         h.quantizer_id == want.quantizer_id && h.wire_tag == want.wire_tag &&
-         (want.element < 0 || h.element == want.element) && bits_ok &&
-         h.bucket_size == want.bucket_size && h.meta_size == want.meta_size &&
-         h.count == want.count && h.reserved == 0;
 }
 
 // ---- Per-thread work items of the CUDA kernels' general paths

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the host tests: data generators and the error bounds every policy promises,
-// computed here independently of the library (in double, from each bucket's true min / max).
+// Helpers shared by the tests: data generators, the error bounds every policy promises (computed here
+// independently of the library, in double, from each bucket's true min / max), and error_of.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +14,23 @@
 
 #include <qsdp/codec.hpp>
 
+#include "codec_instances.hpp"
+
 namespace qsdp_test {
+
+/// The message of the qsdp::error that body() throws, or "" when it throws none.
+inline std::string error_of(auto&& body) {
+  try {
+    body();
+  } catch (const qsdp::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 enum class distribution { normal, uniform, lognormal, gradient_with_outliers, mixed_scale };
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../config.hpp"
+#include "../../config.hpp"
 
 namespace qsdp::detail {
 

@@ -2,8 +2,8 @@
 //
 // What the CUDA path needs from the CUDA runtime, wrapped so that every failure is a qsdp::error
 // naming the call: error checks, pointer and stream checks, the stream-ordered scratch of the
-// device communicators, and the channel through which kernels report bad packets to the host
-// without a synchronisation. Host code only (the runtime API), so g++ compiles it; the kernels live
+// device communicators, and the channel through which kernels report failures (bad packets) to the
+// host without a synchronisation. Host code only (the runtime API), so g++ compiles it; the kernels live
 // in .cuh files.
 #pragma once
 
@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "../../config.hpp"
-#include "../format.hpp"
 
 namespace qsdp::detail::cuda {
 
@@ -96,22 +95,26 @@ inline bool capturing(cudaStream_t stream, const char* where) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// ---- Bad packets seen by kernels
-// ---------------------------------------------------------------------
+// ---- Reports from kernels ----------------------------------------------------------------------------
 
-/// What a kernel writes when a packet's header is not the one expected. Lives in mapped pinned
-/// memory: the kernel's write reaches the host without a copy, and the host reads it without
-/// synchronising.
-struct device_failure {
+/// What a kernel leaves for the host when it finds something wrong (the codec's decoders: a bad packet
+/// header). Lives in mapped pinned memory: the kernel's write reaches the host without a copy, and the
+/// host reads it without synchronising. The transport only carries it: `detail` is the writer's own
+/// record, and the writer's report_formatter turns it into the message.
+struct device_report {
   unsigned int claimed;  // 0 free; the first failing thread sets 1 (atomicCAS), so one report wins
   unsigned int ready;    // set last, after the fields below are visible to the host
-  unsigned int packet;   // index of the bad packet among those the kernel read (the sending rank)
+  unsigned int index;    // which input was bad (the packet, the sending rank)
   unsigned int reserved;
-  packet_header seen;
-  header_expectation want;
+  alignas(8) unsigned char detail[112];
 };
 
-/// Owner of one device_failure record. poll() is cheap (a read of pinned memory) and never waits.
+/// Builds the message of a report: `where` is the call that polls, `source_noun` names what `index`
+/// counts ("packet", "the packet from rank").
+using report_formatter = std::string (*)(const device_report& report, const char* where,
+                                         const char* source_noun);
+
+/// Owner of one device_report record. poll() is cheap (a read of pinned memory) and never waits.
 /// Both calls may come from several host threads at once (a mutex orders them).
 class failure_channel {
  public:
@@ -122,46 +125,40 @@ class failure_channel {
     if (host_) (void)cudaFreeHost(host_);
   }
 
-  /// The record kernels write to (allocated on first use: make a first call before any CUDA graph
-  /// capture, as cudaHostAlloc cannot run inside one).
-  device_failure* device_record(const char* where) {
+  /// The record kernels write to, whose reports `describe` formats (allocated on first use: make a
+  /// first call before any CUDA graph capture, as cudaHostAlloc cannot run inside one).
+  device_report* device_record(const char* where, report_formatter describe) {
     std::lock_guard lock(mutex_);
+    describe_ = describe;
     if (!host_) {
       void* p = nullptr;
-      check(cudaHostAlloc(&p, sizeof(device_failure), cudaHostAllocMapped), "cudaHostAlloc", where);
-      host_ = static_cast<device_failure*>(p);
-      *host_ = device_failure{};
+      check(cudaHostAlloc(&p, sizeof(device_report), cudaHostAllocMapped), "cudaHostAlloc", where);
+      host_ = static_cast<device_report*>(p);
+      *host_ = device_report{};
       void* d = nullptr;
       check(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer", where);
-      device_ = static_cast<device_failure*>(d);
+      device_ = static_cast<device_report*>(d);
     }
     return device_;
   }
 
-  /// Throws the failure a kernel reported since the last poll, if any, with the message the host
-  /// decoder gives for the same header and where the packet was: "(in <source_noun> <index>, ...)",
-  /// e.g. "in packet 2" or "in the packet from rank 2".
+  /// Throws the failure a kernel reported since the last poll, if any, as the formatter words it.
   void poll(const char* where, const char* source_noun = "packet") {
     std::lock_guard lock(mutex_);
     if (!host_) return;
     if (std::atomic_ref<unsigned int>(host_->ready).load(std::memory_order_acquire) == 0) return;
-    const device_failure copy = *const_cast<const device_failure*>(host_);
-    *host_ = device_failure{};  // rearm
-    std::string message;
-    try {
-      check_header(copy.seen, copy.want, where);
-      message = std::string(where) + ": a kernel reported a bad packet header";
-    } catch (const qsdp::error& e) {
-      message = e.what();
-    }
-    throw qsdp::error(message + " (in " + source_noun + " " + std::to_string(copy.packet) +
-                      ", found by the device; values decoded from it were set to NaN)");
+    const device_report copy = *const_cast<const device_report*>(host_);
+    *host_ = device_report{};  // rearm
+    throw qsdp::error(describe_ ? describe_(copy, where, source_noun)
+                                : std::string(where) + ": a kernel reported a failure (" +
+                                      source_noun + " " + std::to_string(copy.index) + ")");
   }
 
  private:
   std::mutex mutex_;
-  device_failure* host_ = nullptr;
-  device_failure* device_ = nullptr;
+  device_report* host_ = nullptr;
+  device_report* device_ = nullptr;
+  report_formatter describe_ = nullptr;
 };
 
 // ---- Stream-ordered scratch

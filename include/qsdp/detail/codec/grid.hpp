@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The affine grids of the built-in policies: the one statement of their arithmetic. A built-in policy
+// describes, for one bucket's metadata, where its codes sit (code_grid) and what each code stands for
+// (value_grid); its scalar encode and decode evaluate these grids with grid_code and grid_value, the
+// CUDA kernels run those scalar functions, and the host's AVX2 loops (detail/host/avx2.hpp) evaluate
+// the very same grids with the same IEEE operations in the same order, lane by lane. A change of a
+// policy's math is a change of its grids, and reaches every path at once.
+//
+// The arithmetic is in double with explicit fma: exact at the edges of float's range (max - min of two
+// floats near FLT_MAX, ranges of denormals), and bit-identical wherever it runs, since every operation
+// is IEEE-rounded the same way on the host and on the GPU (nvcc and g++ would contract a * b + c
+// differently; an explicit fma leaves them nothing to choose).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../../config.hpp"
+
+namespace qsdp::detail {
+
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE double fma_d(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return ::fma(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+/// floor() of a value already clamped to [0, top]: truncation is the same there, and unlike floor it
+/// vectorizes on the host without -fno-trapping-math.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t floor_nonnegative(double clamped) {
+  return static_cast<std::uint32_t>(static_cast<std::int32_t>(clamped));
+}
+
+/// Clamps to [lo, hi]; a NaN becomes lo (only reachable when a policy is called on non-finite input
+/// by hand: the codec never does, it marks such buckets instead). The AVX2 loops spell this
+/// max(v, lo) then min(v, hi), which treat NaN the same way.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE double clamp_d(double v, double lo, double hi) {
+  v = v > lo ? v : lo;
+  return v < hi ? v : hi;
+}
+
+inline constexpr double float_max = 3.40282346638528859811704183484516925440e+38;
+
+/// Where a bucket's codes sit:
+///   code = trunc(clamp(fma(x - origin, inverse_step, offset), 0, top))
+/// `offset` is the rounding: 1/2 rounds to nearest; a stochastic policy (DrawnOffset) takes the
+/// value's U[0,1) draw instead, which rounds up with probability equal to the distance from the
+/// lower grid point.
+struct code_grid {
+  double origin;
+  double inverse_step;
+  double offset;
+  double top;
+};
+
+/// What a code stands for:
+///   c = (code + shift) + fraction        (two additions: shift is an integer, so the first is exact)
+///   v = product ? c * step : fma(c, step, base)
+///   v = clamp(v, lo, hi) when clamp
+/// then rounded to float. `product` is not fma(c, step, 0): for c * step rounding to -0 that would
+/// give +0.
+struct value_grid {
+  bool product;
+  double shift;
+  double fraction;
+  double step;
+  double base;
+  bool clamp;
+  double lo;
+  double hi;
+};
+
+/// A code on the grid; `u` is the value's draw, read only when DrawnOffset.
+template <bool DrawnOffset>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code(const code_grid& g, float x, float u) {
+  const double offset = DrawnOffset ? static_cast<double>(u) : g.offset;
+  const double t = fma_d(static_cast<double>(x) - g.origin, g.inverse_step, offset);
+  return floor_nonnegative(clamp_d(t, 0.0, g.top));
+}
+
+/// The value of a code, in double (the AVX2 loops round the same double to float).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE double grid_value(const value_grid& g, std::uint32_t code) {
+  const double c = (static_cast<double>(code) + g.shift) + g.fraction;
+  const double v = g.product ? c * g.step : fma_d(c, g.step, g.base);
+  return g.clamp ? clamp_d(v, g.lo, g.hi) : v;
+}
+
+/// The grid of `intervals` steps over [min, max], shifted by `offset` (asymmetric policies).
+/// A bucket of equal values has no range: inverse_step 0 puts every value on code trunc(offset).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE code_grid range_code_grid(float min, float max, double intervals,
+                                                             double offset, double top) {
+  const double range = static_cast<double>(max) - static_cast<double>(min);
+  return {static_cast<double>(min), range > 0.0 ? intervals / range : 0.0, offset, top};
+}
+
+/// min + (code + shift + fraction) * step, step = (max - min) / intervals, optionally saturated to
+/// float's finite range. In double, max - min stays finite even beyond FLT_MAX.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE value_grid range_value_grid(float min, float max, double intervals,
+                                                               double shift, double fraction,
+                                                               bool saturate) {
+  const double step = (static_cast<double>(max) - static_cast<double>(min)) / intervals;
+  return {false, shift, fraction, step, static_cast<double>(min), saturate, -float_max, float_max};
+}
+
+}  // namespace qsdp::detail

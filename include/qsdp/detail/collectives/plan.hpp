@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the host and the device collectives share (collectives.hpp declares the calls; detail/
+// collectives/host.hpp and detail/cuda/device_collectives.cuh run them): the 64-byte call descriptor
+// the ranks agree on before any payload moves, the random stream of each (rank, chunk), the argument
+// checks, and the one layout of a collective's scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "../../communicator.hpp"
+#include "../../config.hpp"
+#include "../../quantizers.hpp"
+#include "../codec/float_types.hpp"
+#include "../codec/format.hpp"
+
+namespace qsdp {
+enum class reduce_op : std::uint32_t;  // collectives.hpp
+}  // namespace qsdp
+
+namespace qsdp::detail {
+
+enum class collective_kind : std::uint32_t { all_gather = 1, reduce_scatter = 2, all_reduce = 3 };
+
+inline const char* collective_name(std::uint32_t kind) {
+  switch (kind) {
+    case 1: return "all_gather";
+    case 2: return "reduce_scatter";
+    case 3: return "all_reduce";
+    default: return "unknown collective";
+  }
+}
+
+/// What every rank says about its call before any payload moves (64 bytes, little-endian).
+struct call_descriptor {
+  std::uint32_t magic;        // "QSDC"
+  std::uint32_t collective;   // collective_kind
+  std::uint32_t op;           // reduce_op, 0 for all_gather
+  std::uint8_t quantizer_id;  // as in packet headers
+  std::uint8_t bits;
+  std::uint8_t element;       // element_type
+  std::uint8_t meta_size;
+  std::uint32_t wire_tag;
+  std::uint32_t world;
+  std::uint64_t bucket_size;
+  std::uint64_t count;
+  std::uint64_t reserved[3];
+};
+static_assert(sizeof(call_descriptor) == 64);
+
+inline constexpr std::uint32_t descriptor_magic = 0x43445351u;  // "QSDC"
+
+template <class Q, class T>
+call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, bool has_op,
+                              std::size_t count, int world) {
+  call_descriptor d{};
+  d.magic = descriptor_magic;
+  d.collective = static_cast<std::uint32_t>(kind);
+  d.op = has_op ? static_cast<std::uint32_t>(op) : 0;
+  d.quantizer_id = wire_id<Q>();
+  d.element = static_cast<std::uint8_t>(element_traits<T>::tag);
+  d.wire_tag = wire_tag<Q>();
+  d.world = static_cast<std::uint32_t>(world);
+  d.count = count;
+  if constexpr (is_identity<Q>) {
+    d.bits = static_cast<std::uint8_t>(8 * sizeof(T));
+  } else {
+    d.bits = Q::bits;
+    d.meta_size = sizeof(typename Q::meta_type);
+    d.bucket_size = q.bucket_size;
+  }
+  return d;
+}
+
+/// Names the first field in which `theirs` (rank `peer`) differs from `mine`, or "" if none.
+inline std::string describe_mismatch(const call_descriptor& mine, int my_rank,
+                                     const call_descriptor& theirs, int peer) {
+  auto differ = [&](const char* field, const std::string& a, const std::string& b) {
+    return std::string("rank ") + std::to_string(peer) + " called with " + field + " " + b +
+           ", rank " + std::to_string(my_rank) + " with " + a;
+  };
+  auto num = [](auto v) { return std::to_string(v); };
+  if (theirs.magic != descriptor_magic)
+    return "rank " + std::to_string(peer) + " sent no valid call descriptor (magic " +
+           hex32(theirs.magic) + "): it is running another collective or another library version";
+  if (theirs.collective != mine.collective)
+    return differ("collective", collective_name(mine.collective), collective_name(theirs.collective));
+  if (theirs.quantizer_id != mine.quantizer_id || theirs.wire_tag != mine.wire_tag)
+    return differ("quantizer", std::string(quantizer_id_name(mine.quantizer_id)) + " (tag " + num(mine.wire_tag) + ")",
+                  std::string(quantizer_id_name(theirs.quantizer_id)) + " (tag " + num(theirs.wire_tag) + ")");
+  if (theirs.bits != mine.bits) return differ("bits", num(mine.bits), num(theirs.bits));
+  if (theirs.bucket_size != mine.bucket_size)
+    return differ("bucket_size", num(mine.bucket_size), num(theirs.bucket_size));
+  if (theirs.meta_size != mine.meta_size)
+    return differ("metadata size", num(mine.meta_size), num(theirs.meta_size));
+  if (theirs.element != mine.element)
+    return differ("element type", element_type_name(static_cast<element_type>(mine.element)),
+                  element_type_name(static_cast<element_type>(theirs.element)));
+  if (theirs.count != mine.count) return differ("count", num(mine.count), num(theirs.count));
+  if (theirs.op != mine.op)
+    return differ("reduce_op", mine.op == 1 ? "sum" : "avg", theirs.op == 1 ? "sum" : "avg");
+  if (theirs.world != mine.world) return differ("world size", num(mine.world), num(theirs.world));
+  return "";
+}
+
+/// Throws on every rank alike if any rank's descriptor (world of them, back to back in `all`) differs
+/// from another's: each rank compares all descriptors with rank 0's.
+inline void check_descriptors(const std::byte* all, int world, const char* where) {
+  call_descriptor first;
+  std::memcpy(&first, all, sizeof first);
+  for (int peer = 1; peer < world; ++peer) {
+    call_descriptor theirs;
+    std::memcpy(&theirs, all + static_cast<std::size_t>(peer) * sizeof theirs, sizeof theirs);
+    const std::string mismatch = describe_mismatch(first, 0, theirs, peer);
+    if (!mismatch.empty())
+      throw qsdp::error(std::string(where) + ": ranks disagree: " + mismatch);
+  }
+}
+
+
+inline void check_world(int size, const char* where) {
+  if (size < 1) throw qsdp::error(std::string(where) + ": communicator size is " + std::to_string(size));
+  const auto world = static_cast<std::uint64_t>(size);
+  if (world * world >= (std::uint64_t{1} << 31))
+    throw qsdp::error(std::string(where) + ": world size " + std::to_string(world) +
+                      " is too large for the random streams (world^2 must stay below 2^31)");
+}
+
+
+/// Random-stream number of the chunk a rank encodes: distinct for every (rank, chunk) pair of a call.
+inline std::uint32_t chunk_stream(int rank, int world, int chunk) {
+  return static_cast<std::uint32_t>(rank) * static_cast<std::uint32_t>(world) +
+         static_cast<std::uint32_t>(chunk);
+}
+
+
+inline std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+inline void check_op(reduce_op op, const char* where) {
+  if (op != reduce_op::sum && op != reduce_op::avg)
+    throw qsdp::error(std::string(where) + ": reduce_op " +
+                      std::to_string(static_cast<std::uint32_t>(op)) + " is not sum (1) or avg (2)");
+}
+
+inline void check_buffers(const void* a, const char* a_name, const void* b, const char* b_name,
+                   std::size_t count, const char* where) {
+  if (count == 0) return;
+  if (a == nullptr) throw qsdp::error(std::string(where) + ": " + a_name + " is null with count " + std::to_string(count));
+  if (b == nullptr) throw qsdp::error(std::string(where) + ": " + b_name + " is null with count " + std::to_string(count));
+}
+
+/// Where a collective's scratch goes, as byte offsets from its 64-byte aligned start.
+struct scratch_layout {
+  std::size_t descriptors = 0;  // the ranks' call descriptors
+  std::size_t packets = 0;      // outgoing and incoming packets
+  std::size_t values = 0;       // all_reduce: a copy of the data, padded to world shards (T)
+  std::size_t reduced = 0;      // all_reduce: this rank's reduced shard (T)
+  std::size_t accumulator = 0;  // host reductions: the fp32 sums of one shard
+  std::size_t total = 0;
+};
+
+/// The one scratch layout of the collectives, host and device, for `world` ranks, shards of `shard`
+/// values of `value_size` bytes and packets of `packet_bytes`:
+///   descriptors  world of them; the device adds a slot from which it sends its own
+///   packets      all_gather: mine and the world gathered; reductions: world outgoing, world incoming
+///   values, reduced  all_reduce only
+///   accumulator  host reductions only (the device sums in registers)
+/// Each section starts at a multiple of 64 bytes.
+inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, std::size_t world,
+                                   std::size_t shard, std::size_t value_size,
+                                   std::size_t packet_bytes) {
+  const bool device = memory == memory_space::device;
+  const bool reduces = kind != collective_kind::all_gather;
+  scratch_layout l;
+  l.descriptors = 0;
+  l.packets = align64(sizeof(call_descriptor) * (world + (device ? 1 : 0)));
+  std::size_t end = l.packets + align64((reduces ? 2 * world : world + 1) * packet_bytes);
+  if (kind == collective_kind::all_reduce) {
+    l.values = end;
+    l.reduced = l.values + align64(shard * world * value_size);
+    end = l.reduced + align64(shard * value_size);
+  }
+  if (reduces && !device) {
+    l.accumulator = end;
+    end = l.accumulator + align64(shard * sizeof(float));
+  }
+  l.total = end;
+  return l;
+}
+
+}  // namespace qsdp::detail
