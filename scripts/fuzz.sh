@@ -3,9 +3,12 @@
 #
 #   scripts/fuzz.sh [seconds] [libFuzzer options...]     default 60 seconds, one process
 #   scripts/fuzz.sh 3600 -runs=12000000                  the long run (docs/reliability.md)
+#   QSDP_FUZZ_PRESET=asan scripts/fuzz.sh                the fuzzer of the asan build tree (preset
+#                                                        asan builds it too, -O1): CI fuzzes with it,
+#                                                        which saves a configure and a build
 #
-# New inputs go to build/fuzz/run/corpus (tests/fuzz/corpus, the committed seeds, is only read); a crash
-# leaves its input in build/fuzz/run/ and fails the script. After fixing the bug, copy that input into
+# New inputs go to build/<preset>/run/corpus (tests/fuzz/corpus, the committed seeds, is only read); a crash
+# leaves its input in build/<preset>/run/ and fails the script. After fixing the bug, copy that input into
 # tests/fuzz/corpus so that fuzz.corpus_replay keeps checking it.
 set -euo pipefail
 
@@ -27,10 +30,18 @@ if [[ -d /usr/local/cuda/bin ]]; then
   export PATH="/usr/local/cuda/bin:${PATH}"
 fi
 
-stage "fuzz configure" cmake --preset fuzz
-stage "fuzz build" cmake --build --preset fuzz -j "$(nproc)"
+preset="${QSDP_FUZZ_PRESET:-fuzz}"
+case "${preset}" in
+  fuzz | asan) ;;
+  *)
+    echo "scripts/fuzz.sh: QSDP_FUZZ_PRESET is '${preset}'; expected fuzz or asan" >&2
+    exit 2
+    ;;
+esac
+stage "fuzz configure" cmake --preset "${preset}"
+stage "fuzz build" cmake --build --preset "${preset}" -j "$(nproc)" --target qsdp_fuzz_packets
 
-run_dir=build/fuzz/run
+run_dir="build/${preset}/run"
 mkdir -p "${run_dir}/corpus"
 rm -f "${run_dir}"/crash-* "${run_dir}"/leak-* "${run_dir}"/timeout-* "${run_dir}"/oom-*
 log="${run_dir}/fuzz.log"
@@ -39,7 +50,7 @@ start=${SECONDS}
 set +e
 # -entropic=0: libFuzzer 14's default (entropic) schedule spends 60 % of the time updating feature
 # frequencies for this target's ~80k counters; the classic schedule runs 10x more inputs per second.
-build/fuzz/tests/fuzz/qsdp_fuzz_packets -entropic=0 -max_total_time="${seconds}" -max_len=4096 -timeout=20 \
+"build/${preset}/tests/fuzz/qsdp_fuzz_packets" -entropic=0 -max_total_time="${seconds}" -max_len=4096 -timeout=20 \
   -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="${run_dir}/" "$@" \
   "${run_dir}/corpus" tests/fuzz/corpus 2>&1 | tee "${log}" |
   grep --line-buffered -E "INITED|pulse|DONE|ERROR|SUMMARY|qsdp fuzz|stat::(number_of_executed_units|average_exec)"

@@ -2,8 +2,9 @@
 # Configure, build and run the whole qsdp test suite.
 #
 #   scripts/test.sh            # preset "release" (build/release)
-#   CI=true scripts/test.sh    # preset "ci" (build/ci, warnings are errors), then the sanitizer
-#                              # builds (scripts/sanitize.sh) and a 60-s fuzz run (scripts/fuzz.sh)
+#   CI=true scripts/test.sh    # preset "ci" (build/ci, warnings are errors, sm_90 only), then
+#                              # the sanitizer builds (scripts/sanitize.sh) and a 60-s fuzz run
+#                              # (scripts/fuzz.sh, with the fuzzer the asan build made)
 #   QSDP_TEST_RELIABILITY=1 scripts/test.sh   # preset "release" plus the sanitizers and the fuzz run
 #
 # Missing Debian/Ubuntu packages are installed with apt-get when run as root;
@@ -40,6 +41,7 @@ if [[ "${preset}" == ci || "${QSDP_TEST_RELIABILITY:-0}" == 1 ]]; then
   # docs/reliability.md: the host suite under ASan+UBSan, the in-process tests under TSan, and a
   # 60-second fuzz run.
   stage sanitizers bash scripts/sanitize.sh
-  stage fuzz bash scripts/fuzz.sh "${QSDP_FUZZ_SECONDS:-60}"
+  QSDP_FUZZ_PRESET=asan stage fuzz bash scripts/fuzz.sh "${QSDP_FUZZ_SECONDS:-60}"
 fi
 echo "==> all stages passed in $((SECONDS - total_start))s (preset ${preset})"
+stage_summary
