@@ -174,7 +174,7 @@ void bm_reduce(benchmark::State& state, const std::string& name, Q q) {
   thrust::device_vector<T> out(shard);
   const qsdp::detail::header_expectation want =
       qsdp::detail::expectation_for<T>(q, shard);
-  auto* failure = qsdp::detail::cuda::codec_failures(0).device_record("bench", qsdp::detail::cuda::describe_bad_header);
+  auto* failure = qsdp::detail::cuda::codec_report(0, "bench");
   T* o = thrust::raw_pointer_cast(out.data());
   run_timed(
       state, name,

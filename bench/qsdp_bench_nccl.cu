@@ -62,11 +62,8 @@ ncclDataType_t nccl_type() {
 
 /// Device memory that grows only (cudaMalloc: the sweep's buffers live across many calls).
 template <class T>
-class device_buffer {
+class device_buffer : qsdp::detail::no_copies {
  public:
-  device_buffer() = default;
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
   ~device_buffer() {
     if (ptr_) (void)cudaFree(ptr_);
   }

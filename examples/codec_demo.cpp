@@ -17,6 +17,8 @@
 
 #include <qsdp/codec.hpp>
 
+#include "demo_main.hpp"
+
 namespace {
 
 struct options {
@@ -149,15 +151,6 @@ void run(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const options o = parse(argc, argv);
-    if (o.dtype == "float") run<float>(o);
-#if QSDP_HAS_CUDA_HALF
-    else run<__nv_bfloat16>(o);
-#endif
-    return 0;
-  } catch (const qsdp::error& e) {
-    std::fprintf(stderr, "qsdp_codec_demo: %s\n", e.what());
-    return 1;
-  }
+  return run_demo("qsdp_codec_demo", argc, argv, parse,
+                  [](auto element, const options& o) { run<decltype(element)>(o); });
 }

@@ -8,6 +8,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("bad_input");
+
 using namespace qsdp_test;
 
 TEST_CASE("NaN or inf in a bucket: that bucket decodes to NaN, the others are untouched") {
@@ -256,3 +258,5 @@ TEST_CASE("rng_position.stream out of range is refused") {
                        doctest::Contains("rng_position.stream is 2147483648; expected < 2^31"),
                        qsdp::error);
 }
+
+TEST_SUITE_END();

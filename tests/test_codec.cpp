@@ -5,6 +5,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("codec");
+
 using namespace qsdp_test;
 
 namespace {
@@ -142,3 +144,5 @@ TEST_CASE("span overloads check both buffers' sizes") {
   qsdp::decode(q, std::span<const std::byte>(p), std::span<float>(y));
   CHECK(check_bounds(q, x, y) == "");
 }
+
+TEST_SUITE_END();

@@ -12,6 +12,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("collectives");
+
 using namespace qsdp_test;
 
 namespace {
@@ -350,3 +352,5 @@ TEST_CASE("every rank checks the packets it receives and names the sender of a d
   }), qsdp::error);
   CHECK(reported == 3);
 }
+
+TEST_SUITE_END();

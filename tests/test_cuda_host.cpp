@@ -4,6 +4,8 @@
 // between the ranks of run_local_cuda. The kernels themselves are tested in tests/gpu.
 #include <doctest/doctest.h>
 
+TEST_SUITE_BEGIN("cuda_host");
+
 #if QSDP_TEST_CUDA_RUNTIME
 #include <cstring>
 #include <string>
@@ -114,3 +116,6 @@ TEST_CASE("nccl_result_name names every NCCL result, and unknown ones by number"
   CHECK(qsdp::detail::nccl_result_name(static_cast<ncclResult_t>(12)) == "ncclResult_t 12");
 }
 #endif  // QSDP_TEST_CUDA_RUNTIME && QSDP_TEST_NCCL
+
+
+TEST_SUITE_END();

@@ -7,18 +7,17 @@
 #include "policies.hpp"
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("custom_policy");
+
 namespace {
 
 using qsdp_test::power_of_two_quantizer;
 using qsdp_test::stochastic_sign;
 
-struct missing_decode {
+/// Every member but decode (policy_without_bits' decode is hidden by a member of another kind).
+struct missing_decode : qsdp_test::policy_without_bits {
   static constexpr int bits = 4;
-  static constexpr bool randomized = false;
-  std::size_t bucket_size = 128;
-  using meta_type = float;
-  meta_type fit(const qsdp::bucket_stats& s) const { return s.abs_max; }
-  std::uint32_t encode(float, const meta_type&, float) const { return 0; }
+  static constexpr int decode = 0;
 };
 
 struct too_many_bits : power_of_two_quantizer {
@@ -83,3 +82,5 @@ TEST_CASE("a randomized user policy gets fresh, reproducible draws and stays unb
   }
   for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::abs(mean[i] - x[i]) < 5 * 1.0 / std::sqrt(calls));
 }
+
+TEST_SUITE_END();

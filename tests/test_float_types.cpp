@@ -11,6 +11,8 @@
 
 #include <qsdp/detail/codec/float_types.hpp>
 
+TEST_SUITE_BEGIN("float_types");
+
 using namespace qsdp::detail;
 
 TEST_CASE("half <-> float: every half survives the round trip") {
@@ -174,3 +176,6 @@ TEST_CASE("AVX2 bf16 conversions give the scalar conversions' bits") {
   for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(static_cast<__nv_bfloat16_raw>(stored[i]).x == plain[i]);
 }
 #endif
+
+
+TEST_SUITE_END();

@@ -15,6 +15,8 @@
 #include "fsdp_train/data.hpp"
 #include "fsdp_train/fsdp.hpp"
 
+TEST_SUITE_BEGIN("fsdp_train");
+
 namespace {
 
 fsdp_train::model_config small_model() {
@@ -157,3 +159,5 @@ TEST_CASE("fsdp_train: bad quantizer names and batch sizes are refused with the 
   CHECK_THROWS_WITH(fsdp_train::load_corpus(QSDP_SOURCE_DIR "/no-such-dir", 0.1, 10),
                     doctest::Contains("no-such-dir"));
 }
+
+TEST_SUITE_END();

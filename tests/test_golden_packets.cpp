@@ -25,6 +25,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("golden_packets");
+
 namespace {
 
 /// 32-bit integer hash (splitmix-like finalizer).
@@ -156,11 +158,12 @@ TEST_CASE("golden packets: every built-in policy and width writes the committed 
     qsdp::detail::host_force_baseline = false;
     INFO("host path: " << (baseline ? "baseline" : qsdp::detail::host_codec_isa()));
     std::size_t compared = 0;
-    for (const auto& [key, value] : now) {
+    for (const auto& entry : now) {  // not a structured binding: INFO captures it (clang 14)
+      const std::string& key = entry.first;
       const auto it = committed.find(key);
       INFO(key);
       REQUIRE_MESSAGE(it != committed.end(), "no committed golden entry for this case");
-      CHECK(it->second == value);
+      CHECK(it->second == entry.second);
       ++compared;
     }
     CHECK(compared == now.size());
@@ -182,3 +185,5 @@ TEST_CASE("golden packets: the inputs reach every special case they are meant to
     for (std::size_t i = b; i < 2 * b; ++i) CHECK(x[i] == 0.375f);
   }
 }
+
+TEST_SUITE_END();

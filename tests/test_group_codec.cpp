@@ -15,6 +15,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("group_codec");
+
 namespace {
 
 using qsdp::detail::group_values;
@@ -201,3 +203,5 @@ TEST_CASE("partial statistics merge in any order to the host scan's min and max"
   with_inf.add(INFINITY);
   CHECK_FALSE(with_inf.finite());
 }
+
+TEST_SUITE_END();

@@ -15,6 +15,8 @@
 
 #include <qsdp/collectives.hpp>
 
+TEST_SUITE_BEGIN("local_faults");
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -211,3 +213,5 @@ TEST_CASE("run_local: 300 random faults in a training loop all end in errors, no
                  << "release of the others: " << slowest << " s");
   CHECK(slowest < 5.0);
 }
+
+TEST_SUITE_END();

@@ -7,6 +7,8 @@
 
 #include <qsdp/detail/codec/bit_packing.hpp>
 
+TEST_SUITE_BEGIN("packing");
+
 using namespace qsdp::detail;
 
 namespace {
@@ -83,3 +85,5 @@ TEST_CASE("packing layout example from docs/wire-format.md") {
   CHECK(std::uint8_t(stream[0]) == 0xDD);
   CHECK(std::uint8_t(stream[1]) == 0x01);
 }
+
+TEST_SUITE_END();

@@ -6,6 +6,8 @@
 
 #include <qsdp/detail/codec/philox.hpp>
 
+TEST_SUITE_BEGIN("philox");
+
 using qsdp::detail::draw_domain;
 using qsdp::detail::philox4x32_10;
 using qsdp::detail::rng_key;
@@ -90,3 +92,5 @@ TEST_CASE("per-value draws are the element domain's words read as 16-bit halves"
   }
   CHECK(std::abs(sum / n - 0.5) < 5 * std::sqrt(1.0 / 12 / n));
 }
+
+TEST_SUITE_END();

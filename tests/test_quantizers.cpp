@@ -5,6 +5,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("quantizers");
+
 using namespace qsdp_test;
 
 namespace {
@@ -200,3 +202,5 @@ TEST_CASE("the vectorized (AVX2+FMA) and baseline host paths give bit-identical 
   check_paths_agree<__nv_bfloat16>("__nv_bfloat16");
 #endif
 }
+
+TEST_SUITE_END();

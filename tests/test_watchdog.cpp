@@ -14,6 +14,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("watchdog");
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -257,3 +259,5 @@ TEST_CASE("watchdog: the spin polls back to back before the first sleep (MPI's p
   CHECK(spinning.error_polls > 100);
   CHECK(sleeping.error_polls < 20);
 }
+
+TEST_SUITE_END();

@@ -125,22 +125,30 @@ inline std::chrono::milliseconds effective_timeout(const fault_options& options,
   return options.timeout.value_or(transport_default);
 }
 
+/// The checks of run_local and run_local_cuda; returns the timeout their ranks wait with.
+inline std::chrono::milliseconds checked_local_world(int world, const fault_options& options,
+                                                     std::chrono::milliseconds transport_default,
+                                                     const char* where) {
+  if (world < 1)
+    throw qsdp::error(std::string(where) + ": world is " + std::to_string(world) +
+                      "; expected >= 1");
+  check_fault_options(options, where);
+  return effective_timeout(options, transport_default);
+}
+
 }  // namespace detail
 
 /// run_local's default fault_options::timeout.
 inline constexpr std::chrono::milliseconds local_default_timeout = std::chrono::seconds(60);
 
 /// One rank of an in-process world (ranks are threads of run_local). Host memory.
-class local_communicator {
+class local_communicator : public detail::in_process_rank<detail::local_world> {
  public:
   static constexpr memory_space memory = memory_space::host;
 
-  local_communicator(detail::local_world& world, int rank) : world_(&world), rank_(rank) {}
+  local_communicator(detail::local_world& world, int rank) : in_process_rank(world, rank) {}
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return static_cast<int>(world_->posted.size()); }
   host_workspace& workspace() noexcept { return workspace_; }
-  std::uint64_t next_call() noexcept { return calls_++; }
 
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     exchange(send, n, "all_gather_bytes", [&](int peer, const std::byte* data) {
@@ -149,36 +157,22 @@ class local_communicator {
   }
 
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
-    exchange(send, n * static_cast<std::size_t>(size()), "all_to_all_bytes", [&](int peer, const std::byte* data) {
-      if (n) std::memcpy(recv + static_cast<std::size_t>(peer) * n, data + static_cast<std::size_t>(rank_) * n, n);
-    });
+    const std::size_t mine = static_cast<std::size_t>(rank_) * n;
+    exchange(send, n * static_cast<std::size_t>(size()), "all_to_all_bytes",
+             [&](int peer, const std::byte* data) {
+               if (n) std::memcpy(recv + static_cast<std::size_t>(peer) * n, data + mine, n);
+             });
   }
 
  private:
   /// Post my buffer, wait for all, read every peer's buffer, wait until all have read.
   template <class Read>
   void exchange(const std::byte* send, std::size_t bytes, const char* what, Read&& read) {
-    world_->posted[static_cast<std::size_t>(rank_)] = send;
-    world_->posted_bytes[static_cast<std::size_t>(rank_)] = bytes;
-    world_->barrier.arrive_and_wait(rank_, world_->timeout);
-    for (int peer = 0; peer < size(); ++peer) {
-      const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
-      if (theirs != bytes) {
-        const std::string message = std::string("qsdp::local_communicator::") + what + ": rank " +
-                                    std::to_string(rank_) + " sends " + std::to_string(bytes) +
-                                    " bytes but rank " + std::to_string(peer) + " sends " +
-                                    std::to_string(theirs);
-        world_->barrier.break_with(message);
-        throw qsdp::error(message);
-      }
-    }
-    for (int peer = 0; peer < size(); ++peer) read(peer, world_->posted[static_cast<std::size_t>(peer)]);
-    world_->barrier.arrive_and_wait(rank_, world_->timeout);
+    post_and_meet(send, bytes, "qsdp::local_communicator", what);
+    for (int peer = 0; peer < size(); ++peer) read(peer, posted(peer));
+    meet();
   }
 
-  detail::local_world* world_;
-  int rank_;
-  std::uint64_t calls_ = 0;
   host_workspace workspace_;
 };
 
@@ -189,10 +183,8 @@ static_assert(communicator<local_communicator>);
 /// rank that returns while others still wait in a collective releases them the same way.
 template <class Fn>
 void run_local(int world, Fn&& fn, fault_options options = {}) {
-  if (world < 1)
-    throw qsdp::error("qsdp::run_local: world is " + std::to_string(world) + "; expected >= 1");
-  detail::check_fault_options(options, "qsdp::run_local");
-  detail::local_world shared(world, detail::effective_timeout(options, local_default_timeout));
+  detail::local_world shared(
+      world, detail::checked_local_world(world, options, local_default_timeout, "qsdp::run_local"));
   detail::run_rank_threads(world, shared.barrier, [&](int rank) {
     local_communicator comm(shared, rank);
     fn(comm);

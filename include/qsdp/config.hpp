@@ -51,6 +51,14 @@ QSDP_HOST_DEVICE constexpr To bit_cast(const From& value) noexcept {
   return __builtin_bit_cast(To, value);
 }
 
+/// Base of the owners of a resource (pinned or device memory, events, MPI datatypes), which are
+/// neither copied nor moved: a copy would free the resource twice.
+struct no_copies {
+  no_copies() = default;
+  no_copies(const no_copies&) = delete;
+  no_copies& operator=(const no_copies&) = delete;
+};
+
 }  // namespace detail
 
 /// The one exception type qsdp throws. Messages name the argument, its value and what was expected.

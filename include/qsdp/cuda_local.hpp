@@ -24,20 +24,17 @@ namespace qsdp {
 
 
 /// One rank of a run_local_cuda world. Buffers are device memory of the world's GPU.
-class cuda_local_communicator {
+class cuda_local_communicator : public detail::in_process_rank<detail::cuda_local_world> {
  public:
   static constexpr memory_space memory = memory_space::device;
 
   cuda_local_communicator(detail::cuda_local_world& world, int rank, cudaStream_t stream)
-      : world_(&world), rank_(rank), stream_(stream) {}
+      : in_process_rank(world, rank), stream_(stream) {}
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return static_cast<int>(world_->posted.size()); }
   int device() const noexcept { return world_->device; }
   /// This rank's own stream (created by run_local_cuda, non-blocking).
   cudaStream_t stream() const noexcept { return stream_; }
   device_state& state() noexcept { return state_; }
-  std::uint64_t next_call() noexcept { return calls_++; }
 
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
@@ -86,31 +83,20 @@ class cuda_local_communicator {
           ": the ranks of run_local_cuda line up through host barriers and events between their "
           "streams, which a CUDA graph cannot capture; capture collectives over nccl_communicator");
     const auto me = static_cast<std::size_t>(rank_);
-    world_->posted[me] = send;
-    world_->posted_bytes[me] = bytes;
     checked(cudaEventRecord(world_->ready[me], stream), "cudaEventRecord");
-    world_->barrier.arrive_and_wait(rank_, world_->timeout);
-    for (int peer = 0; peer < size(); ++peer) {
-      const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
-      if (theirs != bytes)
-        fail(where() + ": rank " + std::to_string(rank_) + " sends " + std::to_string(bytes) +
-             " bytes but rank " + std::to_string(peer) + " sends " + std::to_string(theirs));
-    }
+    post_and_meet(send, bytes, "qsdp::cuda_local_communicator", what);
     for (int peer = 0; peer < size(); ++peer) {
       const auto p = static_cast<std::size_t>(peer);
       checked(cudaStreamWaitEvent(stream, world_->ready[p], 0), "cudaStreamWaitEvent");
-      checked(read(peer, world_->posted[p]), "cudaMemcpyAsync");
+      checked(read(peer, posted(peer)), "cudaMemcpyAsync");
     }
     checked(cudaEventRecord(world_->done[me], stream), "cudaEventRecord");
-    world_->barrier.arrive_and_wait(rank_, world_->timeout);
+    meet();
     for (std::size_t p = 0; p < world_->done.size(); ++p)
       checked(cudaStreamWaitEvent(stream, world_->done[p], 0), "cudaStreamWaitEvent");
   }
 
-  detail::cuda_local_world* world_;
-  int rank_;
   cudaStream_t stream_;
-  std::uint64_t calls_ = 0;
   device_state state_;
 };
 
@@ -124,14 +110,11 @@ static_assert(device_communicator<cuda_local_communicator>);
 template <class Fn>
 void run_local_cuda(int world, Fn&& fn, fault_options options = {}) {
   constexpr const char* where = "qsdp::run_local_cuda";
-  if (world < 1)
-    throw qsdp::error(std::string(where) + ": world is " + std::to_string(world) +
-                      "; expected >= 1");
-  detail::check_fault_options(options, where);
+  const std::chrono::milliseconds timeout =
+      detail::checked_local_world(world, options, local_default_timeout, where);
   int device = 0;
   detail::cuda::check(cudaGetDevice(&device), "cudaGetDevice", where);
-  detail::cuda_local_world shared(world, device,
-                                 detail::effective_timeout(options, local_default_timeout));
+  detail::cuda_local_world shared(world, device, timeout);
   detail::run_rank_threads(world, shared.barrier, [&](int rank) {
     detail::cuda::check(cudaSetDevice(device), "cudaSetDevice", where);
     cudaStream_t stream = nullptr;

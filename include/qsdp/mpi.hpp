@@ -65,25 +65,11 @@ class mpi_communicator {
   /// when an option is out of range (fault_options). Does not touch comm's error handler (see the
   /// top of this file). Every rank of comm must pass the same options.timeout, zero or not.
   explicit mpi_communicator(MPI_Comm comm, fault_options options = {})
-      : comm_(comm), options_(options) {
-    constexpr const char* where = "qsdp::mpi_communicator";
-    detail::check_fault_options(options, where);
-    int initialized = 0;
-    detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", where);
-    if (!initialized)
-      throw qsdp::error(std::string(where) + ": MPI is not initialized; call MPI_Init (or MPI_Init_thread) "
-                                             "before constructing an mpi_communicator");
-    int finalized = 0;
-    detail::mpi_check(MPI_Finalized(&finalized), "MPI_Finalized", where);
-    if (finalized) throw qsdp::error(std::string(where) + ": MPI is already finalized");
-    if (comm == MPI_COMM_NULL) throw qsdp::error(std::string(where) + ": comm is MPI_COMM_NULL");
-    int inter = 0;
-    detail::mpi_check(MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter", where);
-    if (inter)
-      throw qsdp::error(std::string(where) + ": comm is an intercommunicator; expected an intracommunicator");
+      : comm_(detail::mpi_intracommunicator(comm, options, "qsdp::mpi_communicator")),
+        options_(options) {
     // Cached: rank() and size() are called on every collective and never change for a communicator.
-    detail::mpi_check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", where);
-    detail::mpi_check(MPI_Comm_size(comm, &size_), "MPI_Comm_size", where);
+    detail::mpi_check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", "qsdp::mpi_communicator");
+    detail::mpi_check(MPI_Comm_size(comm, &size_), "MPI_Comm_size", "qsdp::mpi_communicator");
   }
 
   mpi_communicator(const mpi_communicator&) = delete;

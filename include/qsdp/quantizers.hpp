@@ -67,14 +67,31 @@ class call_counter {
 //   identity         exact (values sent as they are)
 // ---------------------------------------------------------------------------------------------------
 
+// What every built-in policy B-bit template says of itself: the widths it takes (a compile error names
+// the rule), its bits, whether it draws per value, its wire id and its name.
+#define QSDP_DETAIL_BUILTIN_POLICY(policy_name, id, lowest_bits, draws_per_value)               \
+  static_assert(B >= lowest_bits && B <= 8,                                                     \
+                "qsdp::" policy_name "<B>: B (bits per value) must be " #lowest_bits "..8");     \
+  static constexpr int bits = B;                                                                \
+  static constexpr bool randomized = draws_per_value;                                           \
+  static constexpr std::uint8_t wire_id = id;                                                   \
+  static constexpr const char* name = policy_name;
+
+// A built-in policy's encode and decode evaluate its grids (code_grid_for, value_grid_for), and
+// nothing else: the one definition of the four built-ins' members, which are aggregates (a base class
+// would make their designated initializers warn under -Wextra).
+#define QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS                                                   \
+  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {        \
+    return detail::grid_code<randomized>(code_grid_for(m), x, u);                            \
+  }                                                                                          \
+  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {              \
+    return static_cast<float>(detail::grid_value(value_grid_for(m), code));                  \
+  }
+
 /// Asymmetric min/max quantization, round to nearest. Metadata: min and max (2 floats per bucket).
 template <int B>
 struct uniform {
-  static_assert(B >= 1 && B <= 8, "qsdp::uniform<B>: B (bits per value) must be 1..8");
-  static constexpr int bits = B;
-  static constexpr bool randomized = false;
-  static constexpr std::uint8_t wire_id = 1;
-  static constexpr const char* name = "uniform";
+  QSDP_DETAIL_BUILTIN_POLICY("uniform", 1, 1, false)
   static constexpr double levels = double((1u << B) - 1u);
 
   std::size_t bucket_size = 1024;
@@ -90,44 +107,30 @@ struct uniform {
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& m) const {
     return detail::range_value_grid(m.min, m.max, levels, 0.0, 0.0, false);
   }
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {
-    return detail::grid_code<randomized>(code_grid_for(m), x, u);
-  }
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {
-    return static_cast<float>(detail::grid_value(value_grid_for(m), code));
-  }
+  QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
 
-/// Asymmetric min/max quantization with unbiased stochastic rounding: rounds up with probability equal
-/// to the distance from the lower grid point. Metadata: min and max.
+/// Asymmetric min/max quantization with unbiased stochastic rounding: uniform's grid, each value's
+/// U[0,1) draw as the rounding offset instead of 1/2, so it rounds up with probability equal to its
+/// distance from the lower grid point. Metadata: min and max, as uniform's.
 template <int B>
 struct stochastic {
-  static_assert(B >= 1 && B <= 8, "qsdp::stochastic<B>: B (bits per value) must be 1..8");
-  static constexpr int bits = B;
-  static constexpr bool randomized = true;
-  static constexpr std::uint8_t wire_id = 2;
-  static constexpr const char* name = "stochastic";
-  static constexpr double levels = double((1u << B) - 1u);
+  QSDP_DETAIL_BUILTIN_POLICY("stochastic", 2, 1, true)
 
   std::size_t bucket_size = 1024;
   std::uint64_t seed = 0;
   call_counter calls{};
 
-  using meta_type = detail::range_meta;
-  QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const { return {s.min, s.max}; }
-  /// uniform's grid; the offset is each value's draw (randomized), not 1/2.
+  using meta_type = typename uniform<B>::meta_type;
+  QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const { return uniform<B>{}.fit(s); }
+  // uniform's grids; grid_code<randomized> reads the draw in place of the grid's offset.
   QSDP_HOST_DEVICE detail::code_grid code_grid_for(const meta_type& m) const {
-    return detail::range_code_grid(m.min, m.max, levels, 0.0, levels);
+    return uniform<B>{}.code_grid_for(m);
   }
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& m) const {
-    return detail::range_value_grid(m.min, m.max, levels, 0.0, 0.0, false);
+    return uniform<B>{}.value_grid_for(m);
   }
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {
-    return detail::grid_code<randomized>(code_grid_for(m), x, u);
-  }
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {
-    return static_cast<float>(detail::grid_value(value_grid_for(m), code));
-  }
+  QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
 
 /// Symmetric abs-max quantization, round to nearest (ZeRO++-like): levels k * abs_max / C for
@@ -135,11 +138,7 @@ struct stochastic {
 /// Metadata: abs_max (1 float per bucket).
 template <int B>
 struct symmetric {
-  static_assert(B >= 1 && B <= 8, "qsdp::symmetric<B>: B (bits per value) must be 1..8");
-  static constexpr int bits = B;
-  static constexpr bool randomized = false;
-  static constexpr std::uint8_t wire_id = 3;
-  static constexpr const char* name = "symmetric";
+  QSDP_DETAIL_BUILTIN_POLICY("symmetric", 3, 1, false)
   /// Code of zero (B >= 2); for B = 1 the two codes sit half a step either side of zero.
   static constexpr double center = B == 1 ? 0.5 : double((1u << (B - 1)) - 1u);
 
@@ -158,12 +157,7 @@ struct symmetric {
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& abs_max) const {
     return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
   }
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& abs_max, float u) const {
-    return detail::grid_code<randomized>(code_grid_for(abs_max), x, u);
-  }
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& abs_max) const {
-    return static_cast<float>(detail::grid_value(value_grid_for(abs_max), code));
-  }
+  QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
 
 /// QSDP's weight quantizer: a uniform grid of step (max - min) / (2^B - 2) shifted by a random offset per
@@ -171,12 +165,8 @@ struct symmetric {
 /// The grid reaches one step below min, so B >= 2. Metadata: min, max, offset (3 floats per bucket).
 template <int B>
 struct random_shift {
-  static_assert(B >= 2 && B <= 8, "qsdp::random_shift<B>: B (bits per value) must be 2..8");
-  static constexpr int bits = B;
-  static constexpr bool randomized = false;        // no per-element draw ...
-  static constexpr bool randomized_buckets = true; // ... but one per bucket, in bucket_stats::u
-  static constexpr std::uint8_t wire_id = 4;
-  static constexpr const char* name = "random_shift";
+  QSDP_DETAIL_BUILTIN_POLICY("random_shift", 4, 2, false)  // no per-element draw ...
+  static constexpr bool randomized_buckets = true;           // ... but one per bucket, in bucket_stats::u
   static constexpr double intervals = double((1u << B) - 2u);
 
   std::size_t bucket_size = 1024;
@@ -199,12 +189,7 @@ struct random_shift {
     return detail::range_value_grid(m.min, m.max, intervals, -1.0, static_cast<double>(m.shift),
                                     true);
   }
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {
-    return detail::grid_code<randomized>(code_grid_for(m), x, u);
-  }
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {
-    return static_cast<float>(detail::grid_value(value_grid_for(m), code));
-  }
+  QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
 
 /// No quantization: the codec copies the values into the packet unchanged (bit-exact), through the same

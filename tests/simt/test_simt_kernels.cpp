@@ -20,6 +20,8 @@
 
 #include "support.hpp"
 
+TEST_SUITE_BEGIN("simt");
+
 namespace {
 
 namespace cuda = qsdp::detail::cuda;
@@ -185,3 +187,5 @@ TEST_CASE("emulated kernels: a bad header is reported once and its values become
         "values decoded from it were set to NaN)");
   CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
 }
+
+TEST_SUITE_END();

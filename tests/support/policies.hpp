@@ -60,3 +60,18 @@ struct stochastic_sign {
 };
 
 }  // namespace qsdp_test
+
+namespace qsdp_test {
+
+/// Every member a user policy needs but `bits`: the compile-fail tests add or break one member at a
+/// time on top of it, so each shows one diagnostic.
+struct policy_without_bits {
+  static constexpr bool randomized = false;
+  std::size_t bucket_size = 64;
+  using meta_type = float;
+  meta_type fit(const qsdp::bucket_stats& s) const { return s.abs_max; }
+  std::uint32_t encode(float, const meta_type&, float) const { return 0; }
+  float decode(std::uint32_t, const meta_type&) const { return 0; }
+};
+
+}  // namespace qsdp_test

@@ -101,33 +101,29 @@ struct element_traits<double> {
 };
 
 #if QSDP_HAS_CUDA_HALF
-template <>
-struct element_traits<__half> {
-  static constexpr element_type tag = element_type::f16;
-  static constexpr float max_finite = 65504.0f;
-  QSDP_HOST_DEVICE static float to_float(__half v) {
-    return half_bits_to_float(static_cast<__half_raw>(v).x);
+/// __half and __nv_bfloat16: a 16-bit pattern behind a CUDA type (Raw its plain-struct form),
+/// converted by the integer routines above, which host and device share.
+template <class T, class Raw, element_type Tag>
+struct sixteen_bit_traits {
+  static constexpr bool bf16 = Tag == element_type::bf16;
+  static constexpr element_type tag = Tag;
+  static constexpr float max_finite = bf16 ? 3.38953139e38f : 65504.0f;  // 0x7F7F, 0x7BFF
+  QSDP_HOST_DEVICE static float to_float(T v) {
+    const std::uint16_t bits = static_cast<Raw>(v).x;
+    return bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
   }
-  QSDP_HOST_DEVICE static __half from_float(float v) {
-    __half_raw raw;
-    raw.x = float_to_half_bits(v);
-    return __half(raw);
+  QSDP_HOST_DEVICE static T from_float(float v) {
+    Raw raw;
+    raw.x = bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+    return T(raw);
   }
 };
 
 template <>
-struct element_traits<__nv_bfloat16> {
-  static constexpr element_type tag = element_type::bf16;
-  static constexpr float max_finite = 3.38953139e38f;  // 0x7F7F as bf16
-  QSDP_HOST_DEVICE static float to_float(__nv_bfloat16 v) {
-    return bf16_bits_to_float(static_cast<__nv_bfloat16_raw>(v).x);
-  }
-  QSDP_HOST_DEVICE static __nv_bfloat16 from_float(float v) {
-    __nv_bfloat16_raw raw;
-    raw.x = float_to_bf16_bits(v);
-    return __nv_bfloat16(raw);
-  }
-};
+struct element_traits<__half> : sixteen_bit_traits<__half, __half_raw, element_type::f16> {};
+template <>
+struct element_traits<__nv_bfloat16>
+    : sixteen_bit_traits<__nv_bfloat16, __nv_bfloat16_raw, element_type::bf16> {};
 #endif
 
 template <class T>

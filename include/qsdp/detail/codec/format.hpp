@@ -5,6 +5,9 @@
 // so packets of one call can sit back to back in one buffer.
 #pragma once
 
+// tests/CMakeLists.txt checks that no transport header pulls the wire format in.
+#define QSDP_DETAIL_WIRE_FORMAT_INCLUDED 1
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -212,23 +215,32 @@ QSDP_HOST_DEVICE packet_layout layout_for(const Q& q, std::size_t count) {
   else return make_layout(Q::bits, sizeof(typename Q::meta_type), q.bucket_size, count);
 }
 
+/// Writes what a packet header and a call descriptor both say about the encoder: the policy
+/// (quantizer id, wire tag, bits, metadata size, bucket size) and the element type, into any record
+/// with those fields, so that a rank's packets and its calls identify it the same way.
+template <class Q, class T, class Record>
+QSDP_HOST_DEVICE void write_encoder_identity(const Q& q, Record& r) {
+  r.quantizer_id = wire_id<Q>();
+  r.element = static_cast<std::uint8_t>(element_traits<T>::tag);
+  r.wire_tag = wire_tag<Q>();
+  if constexpr (is_identity<Q>) {
+    (void)q;
+    r.bits = static_cast<std::uint8_t>(8 * sizeof(T));  // raw values; no metadata, no buckets
+  } else {
+    r.bits = Q::bits;
+    r.meta_size = sizeof(typename Q::meta_type);
+    r.bucket_size = q.bucket_size;
+  }
+}
+
 /// The header an encoder of Q writes for `count` values of T.
 template <class Q, class T>
 QSDP_HOST_DEVICE packet_header make_header(const Q& q, std::size_t count) {
   packet_header h{};
   h.magic = packet_magic;
   h.version = packet_version;
-  h.quantizer_id = wire_id<Q>();
-  h.element = static_cast<std::uint8_t>(element_traits<T>::tag);
-  h.wire_tag = wire_tag<Q>();
+  write_encoder_identity<Q, T>(q, h);
   h.count = count;
-  if constexpr (is_identity<Q>) {
-    h.bits = static_cast<std::uint8_t>(8 * sizeof(T));
-  } else {
-    h.bits = Q::bits;
-    h.meta_size = sizeof(typename Q::meta_type);
-    h.bucket_size = q.bucket_size;
-  }
   return h;
 }
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The collectives on host buffers (declared and documented in qsdp/collectives.hpp): descriptor
-// agreement, then the codec and the communicator's byte exchanges, in the scratch that plan_scratch
-// lays out in the communicator's workspace.
+// The collectives on host buffers (declared and documented in qsdp/collectives.hpp): the pipelines of
+// pipeline.hpp with the host codec and the communicator's byte exchanges, in the scratch that
+// plan_scratch lays out in the communicator's workspace.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "../../communicator.hpp"
 #include "../codec/checks.hpp"
 #include "../host/loops.hpp"
+#include "pipeline.hpp"
 #include "plan.hpp"
 
 namespace qsdp::detail {
@@ -51,50 +52,82 @@ void check_received(const Q& q, const std::byte* packet, std::size_t count, int 
   }
 }
 
-/// all_gather's body, with scratch laid out by the caller: `packets` holds (world + 1) packets.
+/// The collective pipeline's steps on host buffers (detail/collectives/pipeline.hpp): the host codec
+/// and the communicator's exchanges. Constructing one does what every host collective does first:
+/// checks the arguments, plans the call, takes its scratch from the communicator's workspace and has
+/// the ranks agree on the call (ranks that called differently all throw).
 template <class Comm, class Q, class T>
-void all_gather_packets(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                        std::uint64_t call, std::byte* packets, const char* where) {
-  const int world = comm.size();
-  const std::size_t packet_bytes = compressed_size<T>(q, count);
-  std::byte* mine = packets;
-  std::byte* gathered = packets + packet_bytes;
-  encode(q, send, count, mine,
-         rng_position{.call = call, .stream = chunk_stream(comm.rank(), world, 0)});
-  comm.all_gather_bytes(mine, gathered, packet_bytes);
-  for (int r = 0; r < world; ++r) {
-    const std::byte* packet = gathered + static_cast<std::size_t>(r) * packet_bytes;
-    check_received(q, packet, count, static_cast<int>(element_traits<T>::tag), packet_bytes, r, where);
-    decode(q, packet, count, recv + static_cast<std::size_t>(r) * count);
+class host_steps {
+ public:
+  host_steps(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a, const T* b,
+             std::size_t count, const char* where)
+      : comm_(comm), q_(q), op_(op), where_(where) {
+    check_collective_arguments<Comm, Q, T>(comm, q, where);
+    const bool in_place = kind == collective_kind::all_reduce;
+    check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
+    check_count(count, where);
+    if (kind != collective_kind::all_gather) check_op(op, where);
+    plan_ = plan_collective<Q, T>(comm, q, kind, op, count);
+    scratch_ = comm.workspace().get(plan_.scratch.total);
+    agree_on_call(comm, plan_.descriptor, scratch_ + plan_.scratch.descriptors, where);
   }
-}
 
-/// reduce_scatter's body: `packets` holds 2 * world packets, `acc` count floats.
-template <class Comm, class Q, class T>
-void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                            reduce_op op, std::uint64_t call, std::byte* packets, float* acc,
-                            const char* where) {
-  const int world = comm.size();
-  const std::size_t packet_bytes = compressed_size<T>(q, count);
-  std::byte* outgoing = packets;
-  std::byte* incoming = packets + static_cast<std::size_t>(world) * packet_bytes;
-  for (int chunk = 0; chunk < world; ++chunk)
-    encode(q, send + static_cast<std::size_t>(chunk) * count, count,
-           outgoing + static_cast<std::size_t>(chunk) * packet_bytes,
-           rng_position{.call = call, .stream = chunk_stream(comm.rank(), world, chunk)});
-  comm.all_to_all_bytes(outgoing, incoming, packet_bytes);
-  for (int r = 0; r < world; ++r)
-    check_received(q, incoming + static_cast<std::size_t>(r) * packet_bytes, count,
-                   static_cast<int>(element_traits<T>::tag), packet_bytes, r, where);
-  std::fill(acc, acc + count, 0.0f);
-  decode_accumulate(q, incoming, static_cast<std::size_t>(world), count, acc);
-  if (op == reduce_op::avg) {
-    const float ranks = static_cast<float>(world);
-    for (std::size_t i = 0; i < count; ++i) acc[i] = acc[i] / ranks;
+  int rank() const { return comm_.rank(); }
+  int world() const { return comm_.size(); }
+  const collective_call& plan() const { return plan_; }
+  std::byte* scratch() const { return scratch_; }
+
+  void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
+    qsdp::encode(q_, src, count, packet, rng_position{.call = key.call, .stream = key.stream});
   }
-  // Plain rounding, not saturation: a sum that overflows T is reported as inf, never clipped.
-  narrow_store(acc, count, recv);
-}
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    comm_.all_gather_bytes(send, recv, n);
+  }
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    comm_.all_to_all_bytes(send, recv, n);
+  }
+
+  /// Rank r's packet, its header checked, decoded to recv + r * count.
+  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+    for (int r = 0; r < world(); ++r) {
+      const std::byte* packet = packets + static_cast<std::size_t>(r) * packet_bytes;
+      check_received(q_, packet, count, element_tag, packet_bytes, r, where_);
+      qsdp::decode(q_, packet, count, recv + static_cast<std::size_t>(r) * count);
+    }
+  }
+
+  /// The world packets, headers checked, summed in fp32 in rank order (then averaged for avg) in the
+  /// scratch's accumulator, and rounded to T plainly: a sum that overflows T is inf, never clipped.
+  void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+    for (int r = 0; r < world(); ++r)
+      check_received(q_, packets + static_cast<std::size_t>(r) * packet_bytes, count, element_tag,
+                     packet_bytes, r, where_);
+    float* acc = reinterpret_cast<float*>(scratch_ + plan_.scratch.accumulator);
+    std::fill(acc, acc + count, 0.0f);
+    qsdp::decode_accumulate(q_, packets, static_cast<std::size_t>(world()), count, acc);
+    if (op_ == reduce_op::avg) {
+      const float ranks = static_cast<float>(world());
+      for (std::size_t i = 0; i < count; ++i) acc[i] = acc[i] / ranks;
+    }
+    narrow_store(acc, count, recv);
+  }
+
+  void copy(T* to, const T* from, std::size_t n) {
+    if (n) std::memcpy(static_cast<void*>(to), from, n * sizeof(T));
+  }
+  void zero(T* to, std::size_t n) {
+    if (n) std::memset(static_cast<void*>(to), 0, n * sizeof(T));
+  }
+
+ private:
+  static constexpr int element_tag = static_cast<int>(element_traits<T>::tag);
+  Comm& comm_;
+  const Q& q_;
+  reduce_op op_;
+  const char* where_;
+  collective_call plan_{};
+  std::byte* scratch_ = nullptr;
+};
 
 }  // namespace qsdp::detail
 
@@ -102,73 +135,23 @@ namespace qsdp {
 
 template <communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count) {
-  constexpr const char* where = "qsdp::all_gather";
-  detail::check_collective_arguments<Comm, Q, T>(comm, q, where);
-  detail::check_buffers(send, "send", recv, "recv", count, where);
-  const int world = comm.size();
-  const std::uint64_t call = comm.next_call();
-  const detail::scratch_layout l =
-      detail::plan_scratch(detail::collective_kind::all_gather, memory_space::host,
-                           static_cast<std::size_t>(world), count, sizeof(T),
-                           compressed_size<T>(q, count));
-  std::byte* scratch = comm.workspace().get(l.total);
-  detail::agree_on_call(comm,
-                        detail::describe_call<Q, T>(q, detail::collective_kind::all_gather,
-                                                    reduce_op::sum, false, count, world),
-                        scratch + l.descriptors, where);
-  detail::all_gather_packets(comm, q, send, recv, count, call, scratch + l.packets, where);
+  detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_gather, reduce_op::sum,
+                                       send, recv, count, "qsdp::all_gather");
+  detail::run_collective(steps, q, send, recv, count);
 }
 
 template <communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op) {
-  constexpr const char* where = "qsdp::reduce_scatter";
-  detail::check_collective_arguments<Comm, Q, T>(comm, q, where);
-  detail::check_buffers(send, "send", recv, "recv", count, where);
-  detail::check_op(op, where);
-  const int world = comm.size();
-  const std::uint64_t call = comm.next_call();
-  const detail::scratch_layout l =
-      detail::plan_scratch(detail::collective_kind::reduce_scatter, memory_space::host,
-                           static_cast<std::size_t>(world), count, sizeof(T),
-                           compressed_size<T>(q, count));
-  std::byte* scratch = comm.workspace().get(l.total);
-  detail::agree_on_call(comm,
-                        detail::describe_call<Q, T>(q, detail::collective_kind::reduce_scatter, op,
-                                                    true, count, world),
-                        scratch + l.descriptors, where);
-  detail::reduce_scatter_packets(comm, q, send, recv, count, op, call, scratch + l.packets,
-                                 reinterpret_cast<float*>(scratch + l.accumulator), where);
+  detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter, op, send,
+                                       recv, count, "qsdp::reduce_scatter");
+  detail::run_collective(steps, q, send, recv, count);
 }
 
 template <communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op) {
-  constexpr const char* where = "qsdp::all_reduce";
-  detail::check_collective_arguments<Comm, Q, T>(comm, q, where);
-  detail::check_buffers(data, "data", data, "data", count, where);
-  detail::check_op(op, where);
-  const auto world = static_cast<std::size_t>(comm.size());
-  // Two phases, two call indices: the gather's draws must not repeat the scatter's.
-  const std::uint64_t scatter_call = comm.next_call();
-  const std::uint64_t gather_call = comm.next_call();
-  const std::size_t shard = (count + world - 1) / world;
-  const std::size_t padded = shard * world;
-  const detail::scratch_layout l =
-      detail::plan_scratch(detail::collective_kind::all_reduce, memory_space::host, world, shard,
-                           sizeof(T), compressed_size<T>(q, shard));
-  std::byte* scratch = comm.workspace().get(l.total);
-  detail::agree_on_call(comm,
-                        detail::describe_call<Q, T>(q, detail::collective_kind::all_reduce, op, true,
-                                                    count, comm.size()),
-                        scratch + l.descriptors, where);
-  T* full = reinterpret_cast<T*>(scratch + l.values);
-  T* mine = reinterpret_cast<T*>(scratch + l.reduced);
-  float* acc = reinterpret_cast<float*>(scratch + l.accumulator);
-  if (count) std::memcpy(static_cast<void*>(full), data, count * sizeof(T));
-  for (std::size_t i = count; i < padded; ++i) full[i] = detail::element_traits<T>::from_float(0.0f);
-  detail::reduce_scatter_packets(comm, q, full, mine, shard, op, scatter_call, scratch + l.packets,
-                                 acc, where);
-  detail::all_gather_packets(comm, q, mine, full, shard, gather_call, scratch + l.packets, where);
-  if (count) std::memcpy(static_cast<void*>(data), full, count * sizeof(T));
+  detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_reduce, op, data, data,
+                                       count, "qsdp::all_reduce");
+  detail::run_collective(steps, q, data, data, count);
 }
 
 }  // namespace qsdp

@@ -54,24 +54,15 @@ static_assert(sizeof(call_descriptor) == 64);
 inline constexpr std::uint32_t descriptor_magic = 0x43445351u;  // "QSDC"
 
 template <class Q, class T>
-call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, bool has_op,
-                              std::size_t count, int world) {
+call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, std::size_t count,
+                              int world) {
   call_descriptor d{};
   d.magic = descriptor_magic;
   d.collective = static_cast<std::uint32_t>(kind);
-  d.op = has_op ? static_cast<std::uint32_t>(op) : 0;
-  d.quantizer_id = wire_id<Q>();
-  d.element = static_cast<std::uint8_t>(element_traits<T>::tag);
-  d.wire_tag = wire_tag<Q>();
+  d.op = kind == collective_kind::all_gather ? 0 : static_cast<std::uint32_t>(op);
+  write_encoder_identity<Q, T>(q, d);
   d.world = static_cast<std::uint32_t>(world);
   d.count = count;
-  if constexpr (is_identity<Q>) {
-    d.bits = static_cast<std::uint8_t>(8 * sizeof(T));
-  } else {
-    d.bits = Q::bits;
-    d.meta_size = sizeof(typename Q::meta_type);
-    d.bucket_size = q.bucket_size;
-  }
   return d;
 }
 
@@ -189,6 +180,36 @@ inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, st
   }
   l.total = end;
   return l;
+}
+
+/// A collective call as every rank must agree on it, and where its scratch goes. all_reduce runs on
+/// shards of ceil(count / world) values (the last padded with zeros) and draws two call indices, one
+/// for its reduce-scatter and one for its all-gather, so the second never repeats the first's draws.
+struct collective_call {
+  collective_kind kind;
+  std::size_t shard;           // values per rank's chunk
+  std::size_t padded;          // shard * world for all_reduce, else shard
+  std::uint64_t calls[2];      // the call indices: [0] the first phase, [1] all_reduce's second
+  call_descriptor descriptor;  // what this rank says about the call
+  scratch_layout scratch;
+};
+
+/// Plans a collective of `count` values (all_reduce: the whole buffer; else per rank), drawing its
+/// call indices from the communicator: the part every collective, host or device, begins with.
+template <class Q, class T, class Comm>
+collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op,
+                                std::size_t count) {
+  const auto world = static_cast<std::size_t>(comm.size());
+  collective_call c{};
+  c.kind = kind;
+  c.shard = kind == collective_kind::all_reduce ? (count + world - 1) / world : count;
+  c.padded = kind == collective_kind::all_reduce ? c.shard * world : count;
+  c.calls[0] = comm.next_call();
+  if (kind == collective_kind::all_reduce) c.calls[1] = comm.next_call();
+  c.descriptor = describe_call<Q, T>(q, kind, op, count, comm.size());
+  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T),
+                           layout_for<Q, T>(q, c.shard).total);
+  return c;
 }
 
 }  // namespace qsdp::detail

@@ -130,7 +130,7 @@ inline failure_channel& codec_failures(int device) {
   auto& c = channels[static_cast<std::size_t>(device)];
   if (!c) {
     c = std::make_unique<failure_channel>();
-    c->device_record("qsdp device codec", describe_bad_header);  // allocated here, under the lock, by the first call
+    c->device_record("qsdp device codec", describe_bad_header);  // allocated here, under the lock
   }
   return *c;
 }
@@ -146,6 +146,25 @@ int check_device_call(const Q& q, std::size_t count, cudaStream_t stream, const 
   return device;
 }
 
+/// The packet buffer must not be null; the values buffer not null when count > 0; both device memory
+/// of `device`.
+inline void require_device_buffers(const void* packet, const char* packet_name, const void* values,
+                                   const char* values_name, std::size_t count, int device,
+                                   const char* where) {
+  if (packet == nullptr) throw qsdp::error(std::string(where) + ": " + packet_name + " is null");
+  require_device_pointer(packet, packet_name, device, where);
+  if (count == 0) return;
+  if (values == nullptr)
+    throw qsdp::error(std::string(where) + ": " + values_name + " is null with count " +
+                      std::to_string(count));
+  require_device_pointer(values, values_name, device, where);
+}
+
+/// The record where the decoding kernels of the plain device codec calls report a bad header.
+inline device_report* codec_report(int device, const char* where) {
+  return codec_failures(device).device_record(where, describe_bad_header);
+}
+
 }  // namespace qsdp::detail::cuda
 
 namespace qsdp {
@@ -159,13 +178,7 @@ void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_
   if (position.stream >= (1u << 31))
     throw qsdp::error(std::string(where) + ": rng_position.stream is " +
                       std::to_string(position.stream) + "; expected < 2^31");
-  if (packet == nullptr) throw qsdp::error(std::string(where) + ": packet is null");
-  detail::cuda::require_device_pointer(packet, "packet", device, where);
-  if (count > 0) {
-    if (src == nullptr)
-      throw qsdp::error(std::string(where) + ": src is null with count " + std::to_string(count));
-    detail::cuda::require_device_pointer(src, "src", device, where);
-  }
+  detail::cuda::require_device_buffers(packet, "packet", src, "src", count, device, where);
   detail::cuda::launch_encode(q, src, count, packet,
                               detail::rng_key{detail::seed_of(q), position.call, position.stream},
                               stream, where);
@@ -182,17 +195,11 @@ void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst, cuda
   constexpr const char* where = "qsdp::decode (device)";
   detail::cuda::require_device_element<T>();
   const int device = detail::cuda::check_device_call(q, count, stream, where);
-  if (packet == nullptr) throw qsdp::error(std::string(where) + ": packet is null");
-  detail::cuda::require_device_pointer(packet, "packet", device, where);
-  if (count > 0) {
-    if (dst == nullptr)
-      throw qsdp::error(std::string(where) + ": dst is null with count " + std::to_string(count));
-    detail::cuda::require_device_pointer(dst, "dst", device, where);
-  }
-  detail::cuda::launch_decode(
-      q, packet, 0, 1, count, detail::expectation_for<T>(q, count), 0,
-      detail::cuda::codec_failures(device).device_record(where, detail::cuda::describe_bad_header),
-      detail::cuda::store_sink<T>{dst, detail::cuda::aligned16(dst)}, stream, where);
+  detail::cuda::require_device_buffers(packet, "packet", dst, "dst", count, device, where);
+  detail::cuda::launch_decode(q, packet, 0, 1, count, detail::expectation_for<T>(q, count), 0,
+                              detail::cuda::codec_report(device, where),
+                              detail::cuda::store_sink<T>{dst, detail::cuda::aligned16(dst)},
+                              stream, where);
 }
 
 template <class Q>
@@ -204,13 +211,7 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
   if (packet_count > 0xFFFFFFFFu)
     throw qsdp::error(std::string(where) + ": packet_count is " + std::to_string(packet_count) +
                       "; expected < 2^32");
-  if (packets == nullptr) throw qsdp::error(std::string(where) + ": packets is null");
-  detail::cuda::require_device_pointer(packets, "packets", device, where);
-  if (count > 0) {
-    if (acc == nullptr)
-      throw qsdp::error(std::string(where) + ": acc is null with count " + std::to_string(count));
-    detail::cuda::require_device_pointer(acc, "acc", device, where);
-  }
+  detail::cuda::require_device_buffers(packets, "packets", acc, "acc", count, device, where);
   std::size_t packet_bytes = 0;
   if constexpr (detail::is_identity<Q>) {
     // Raw packets of any element type: their size depends on it, so all must be of one type; the
@@ -232,7 +233,7 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
   }
   const detail::header_expectation want = detail::expectation_for(q, count, -1);
   detail::cuda::launch_decode(q, packets, packet_bytes, static_cast<unsigned>(packet_count), count,
-                              want, 0, detail::cuda::codec_failures(device).device_record(where, detail::cuda::describe_bad_header),
+                              want, 0, detail::cuda::codec_report(device, where),
                               detail::cuda::accumulate_sink{acc, detail::cuda::aligned16(acc)},
                               stream, where);
 }

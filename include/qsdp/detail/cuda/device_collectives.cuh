@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The collectives on device buffers, over any qsdp::device_communicator (declared and documented in
-// qsdp/collectives.hpp, which includes this file when nvcc compiles it). Same pipeline, same random streams and same packets as the host
-// collectives; every step is ordered on the caller's stream and nothing waits on the GPU, except
+// qsdp/collectives.hpp, which includes this file when nvcc compiles it): the pipelines of
+// detail/collectives/pipeline.hpp, the same as the host's, with the same random streams and the
+// same packets; every step is ordered on the caller's stream and nothing waits on the GPU, except
 // once per new call signature:
 //
 // * Agreement. The first call with a given signature (collective, policy, bits, bucket size,
@@ -27,6 +28,7 @@
 #include "../../collectives.hpp"
 #include "../../device_communicator.hpp"
 #include "../codec/checks.hpp"
+#include "../collectives/pipeline.hpp"
 #include "../collectives/plan.hpp"
 #include "../transport/cuda_runtime.hpp"
 #include "device_codec.cuh"
@@ -86,51 +88,80 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
   state.remember(&mine);
 }
 
-/// all_gather's body: `packets` holds (world + 1) packets of device scratch.
+/// The collective pipeline's steps on device buffers (detail/collectives/pipeline.hpp): kernels and
+/// the communicator's exchanges, all ordered on `stream`. Constructing one checks the arguments,
+/// plans the call, takes its scratch from the communicator's device workspace and, once per call
+/// signature, has the ranks agree on the call.
 template <class Comm, class Q, class T>
-void all_gather_packets(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                        std::uint64_t call, std::byte* packets, cudaStream_t stream,
-                        const char* where) {
-  const int world = comm.size();
-  const std::size_t packet_bytes = compressed_size<T>(q, count);
-  std::byte* mine = packets;
-  std::byte* gathered = packets + packet_bytes;
-  launch_encode(q, send, count, mine,
-                rng_key{seed_of(q), call, chunk_stream(comm.rank(), world, 0)}, stream, where);
-  comm.all_gather_bytes(mine, gathered, packet_bytes, stream);
-  const header_expectation want = expectation_for<T>(q, count);
-  device_report* failure = comm.state().failures.device_record(where, describe_bad_header);
-  for (int r = 0; r < world; ++r) {
-    T* out = recv + static_cast<std::size_t>(r) * count;
-    launch_decode(q, gathered + static_cast<std::size_t>(r) * packet_bytes, packet_bytes, 1, count,
-                  want, static_cast<unsigned>(r), failure, store_sink<T>{out, aligned16(out)},
-                  stream, where);
+class device_steps {
+ public:
+  device_steps(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a, const T* b,
+               std::size_t count, cudaStream_t stream, const char* where)
+      : comm_(comm), q_(q), op_(op), stream_(stream), where_(where) {
+    const bool in_place = kind == collective_kind::all_reduce;
+    check_device_collective<Comm, Q, T>(comm, q, a, in_place ? "data" : "send", b,
+                                        in_place ? "data" : "recv", count, stream, where);
+    if (kind != collective_kind::all_gather) check_op(op, where);
+    plan_ = plan_collective<Q, T>(comm, q, kind, op, count);
+    scratch_ = comm.state().workspace.get(plan_.scratch.total, stream, where);
+    agree_once(comm, plan_.descriptor, scratch_ + plan_.scratch.descriptors, stream, where);
   }
-}
 
-/// reduce_scatter's body: `packets` holds 2 * world packets of device scratch.
-template <class Comm, class Q, class T>
-void reduce_scatter_packets(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                            reduce_op op, std::uint64_t call, std::byte* packets,
-                            cudaStream_t stream, const char* where) {
-  const int world = comm.size();
-  const std::size_t packet_bytes = compressed_size<T>(q, count);
-  std::byte* outgoing = packets;
-  std::byte* incoming = packets + static_cast<std::size_t>(world) * packet_bytes;
-  for (int chunk = 0; chunk < world; ++chunk)
-    launch_encode(q, send + static_cast<std::size_t>(chunk) * count, count,
-                  outgoing + static_cast<std::size_t>(chunk) * packet_bytes,
-                  rng_key{seed_of(q), call, chunk_stream(comm.rank(), world, chunk)}, stream,
-                  where);
-  comm.all_to_all_bytes(outgoing, incoming, packet_bytes, stream);
-  // One kernel reads every rank's packet for my chunk once, sums in fp32 in rank order (as the host
-  // does) and writes the result once.
-  launch_decode(
-      q, incoming, packet_bytes, static_cast<unsigned>(world), count,
-      expectation_for<T>(q, count), 0, comm.state().failures.device_record(where, describe_bad_header),
-      reduce_sink<T>{recv, aligned16(recv), op == reduce_op::avg, static_cast<float>(world)},
-      stream, where);
-}
+  int rank() const { return comm_.rank(); }
+  int world() const { return comm_.size(); }
+  const collective_call& plan() const { return plan_; }
+  std::byte* scratch() const { return scratch_; }
+
+  void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
+    launch_encode(q_, src, count, packet, key, stream_, where_);
+  }
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    comm_.all_gather_bytes(send, recv, n, stream_);
+  }
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    comm_.all_to_all_bytes(send, recv, n, stream_);
+  }
+
+  /// Rank r's packet to recv + r * count; a bad header decodes to NaN and is reported, naming r,
+  /// by the next call on the communicator.
+  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+    for (int r = 0; r < world(); ++r) {
+      T* out = recv + static_cast<std::size_t>(r) * count;
+      launch_decode(q_, packets + static_cast<std::size_t>(r) * packet_bytes, packet_bytes, 1, count,
+                    expectation_for<T>(q_, count), static_cast<unsigned>(r), report(),
+                    store_sink<T>{out, aligned16(out)}, stream_, where_);
+    }
+  }
+
+  /// One kernel reads every rank's packet once, sums in fp32 in rank order (as the host does) and
+  /// writes the result once.
+  void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+    const reduce_sink<T> sink{recv, aligned16(recv), op_ == reduce_op::avg,
+                              static_cast<float>(world())};
+    launch_decode(q_, packets, packet_bytes, static_cast<unsigned>(world()), count,
+                  expectation_for<T>(q_, count), 0, report(), sink, stream_, where_);
+  }
+
+  void copy(T* to, const T* from, std::size_t n) {
+    if (n)
+      check(cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+            "cudaMemcpyAsync", where_);
+  }
+  void zero(T* to, std::size_t n) {
+    if (n) check(cudaMemsetAsync(to, 0, n * sizeof(T), stream_), "cudaMemsetAsync", where_);
+  }
+
+ private:
+  device_report* report() { return comm_.state().failures.device_record(where_, describe_bad_header); }
+
+  Comm& comm_;
+  const Q& q_;
+  reduce_op op_;
+  cudaStream_t stream_;
+  const char* where_;
+  collective_call plan_{};
+  std::byte* scratch_ = nullptr;
+};
 
 }  // namespace qsdp::detail::cuda
 
@@ -139,81 +170,28 @@ namespace qsdp {
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 cudaStream_t stream) {
-  constexpr const char* where = "qsdp::all_gather (device)";
-  detail::cuda::check_device_collective<Comm, Q, T>(comm, q, send, "send", recv, "recv", count,
-                                                    stream, where);
-  const auto world = static_cast<std::size_t>(comm.size());
-  const std::uint64_t call = comm.next_call();
-  const detail::scratch_layout l =
-      detail::plan_scratch(detail::collective_kind::all_gather, memory_space::device, world, count,
-                           sizeof(T), compressed_size<T>(q, count));
-  std::byte* scratch = comm.state().workspace.get(l.total, stream, where);
-  detail::cuda::agree_once(comm,
-                           detail::describe_call<Q, T>(q, detail::collective_kind::all_gather,
-                                                       reduce_op::sum, false, count, comm.size()),
-                           scratch + l.descriptors, stream, where);
-  detail::cuda::all_gather_packets(comm, q, send, recv, count, call, scratch + l.packets, stream,
-                                   where);
+  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_gather,
+                                               reduce_op::sum, send, recv, count, stream,
+                                               "qsdp::all_gather (device)");
+  detail::run_collective(steps, q, send, recv, count);
 }
 
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     cudaStream_t stream) {
-  constexpr const char* where = "qsdp::reduce_scatter (device)";
-  detail::cuda::check_device_collective<Comm, Q, T>(comm, q, send, "send", recv, "recv", count,
-                                                    stream, where);
-  detail::check_op(op, where);
-  const auto world = static_cast<std::size_t>(comm.size());
-  const std::uint64_t call = comm.next_call();
-  const detail::scratch_layout l =
-      detail::plan_scratch(detail::collective_kind::reduce_scatter, memory_space::device, world,
-                           count, sizeof(T), compressed_size<T>(q, count));
-  std::byte* scratch = comm.state().workspace.get(l.total, stream, where);
-  detail::cuda::agree_once(comm,
-                           detail::describe_call<Q, T>(q, detail::collective_kind::reduce_scatter,
-                                                       op, true, count, comm.size()),
-                           scratch + l.descriptors, stream, where);
-  detail::cuda::reduce_scatter_packets(comm, q, send, recv, count, op, call, scratch + l.packets,
-                                       stream, where);
+  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter,
+                                               op, send, recv, count, stream,
+                                               "qsdp::reduce_scatter (device)");
+  detail::run_collective(steps, q, send, recv, count);
 }
 
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 cudaStream_t stream) {
-  constexpr const char* where = "qsdp::all_reduce (device)";
-  detail::cuda::check_device_collective<Comm, Q, T>(comm, q, data, "data", data, "data", count,
-                                                    stream, where);
-  detail::check_op(op, where);
-  const auto world = static_cast<std::size_t>(comm.size());
-  const std::uint64_t scatter_call = comm.next_call();
-  const std::uint64_t gather_call = comm.next_call();
-  const std::size_t shard = (count + world - 1) / world;
-  const std::size_t padded = shard * world;
-  const detail::scratch_layout l =
-      detail::plan_scratch(detail::collective_kind::all_reduce, memory_space::device, world, shard,
-                           sizeof(T), compressed_size<T>(q, shard));
-  std::byte* scratch = comm.state().workspace.get(l.total, stream, where);
-  detail::cuda::agree_once(comm,
-                           detail::describe_call<Q, T>(q, detail::collective_kind::all_reduce, op,
-                                                       true, count, comm.size()),
-                           scratch + l.descriptors, stream, where);
-  T* full = reinterpret_cast<T*>(scratch + l.values);
-  T* mine = reinterpret_cast<T*>(scratch + l.reduced);
-  if (count)
-    detail::cuda::check(
-        cudaMemcpyAsync(full, data, count * sizeof(T), cudaMemcpyDeviceToDevice, stream),
-        "cudaMemcpyAsync", where);
-  if (padded > count)  // all-zero bits are +0 in float, __half and __nv_bfloat16
-    detail::cuda::check(cudaMemsetAsync(full + count, 0, (padded - count) * sizeof(T), stream),
-                        "cudaMemsetAsync", where);
-  detail::cuda::reduce_scatter_packets(comm, q, full, mine, shard, op, scatter_call,
-                                       scratch + l.packets, stream, where);
-  detail::cuda::all_gather_packets(comm, q, mine, full, shard, gather_call, scratch + l.packets,
-                                   stream, where);
-  if (count)
-    detail::cuda::check(
-        cudaMemcpyAsync(data, full, count * sizeof(T), cudaMemcpyDeviceToDevice, stream),
-        "cudaMemcpyAsync", where);
+  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_reduce, op,
+                                               data, data, count, stream,
+                                               "qsdp::all_reduce (device)");
+  detail::run_collective(steps, q, data, data, count);
 }
 
 }  // namespace qsdp

@@ -18,7 +18,7 @@
 namespace qsdp::detail {
 
 /// What the rank threads of one run_local_cuda share.
-struct cuda_local_world {
+struct cuda_local_world : no_copies {
   cuda_local_world(int size, int gpu, std::chrono::milliseconds wait_limit)
       : barrier(size, "qsdp::cuda_local_communicator"),
         posted(static_cast<std::size_t>(size)),
@@ -35,8 +35,6 @@ struct cuda_local_world {
                   "cudaEventCreateWithFlags", where);
     }
   }
-  cuda_local_world(const cuda_local_world&) = delete;
-  cuda_local_world& operator=(const cuda_local_world&) = delete;
   ~cuda_local_world() {
     for (cudaEvent_t e : ready)
       if (e) (void)cudaEventDestroy(e);

@@ -116,11 +116,8 @@ using report_formatter = std::string (*)(const device_report& report, const char
 
 /// Owner of one device_report record. poll() is cheap (a read of pinned memory) and never waits.
 /// Both calls may come from several host threads at once (a mutex orders them).
-class failure_channel {
+class failure_channel : private no_copies {
  public:
-  failure_channel() = default;
-  failure_channel(const failure_channel&) = delete;
-  failure_channel& operator=(const failure_channel&) = delete;
   ~failure_channel() {
     if (host_) (void)cudaFreeHost(host_);
   }
@@ -176,11 +173,8 @@ class failure_channel {
 /// - Growing during capture is refused: run the call once before capturing it, as for NCCL's own
 ///   buffers.
 /// Destroy the workspace (its communicator) before the streams it was used on.
-class device_workspace {
+class device_workspace : private no_copies {
  public:
-  device_workspace() = default;
-  device_workspace(const device_workspace&) = delete;
-  device_workspace& operator=(const device_workspace&) = delete;
   ~device_workspace() {
     if (data_) (void)cudaFreeAsync(data_, last_stream_);
     for (std::byte* old : retired_) (void)cudaFreeAsync(old, last_stream_);

@@ -157,4 +157,51 @@ void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
   if (first_error) std::rethrow_exception(first_error);
 }
 
+/// A rank of an in-process world (local_communicator, cuda_local_communicator): its place among the
+/// threads, its call counter, and the meeting of all ranks at an exchange. World has `posted` and
+/// `posted_bytes` (one entry per rank), `barrier` and `timeout`.
+template <class World>
+class in_process_rank {
+ public:
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(world_->posted.size()); }
+  std::uint64_t next_call() noexcept { return calls_++; }
+
+ protected:
+  in_process_rank(World& world, int rank) : world_(&world), rank_(rank) {}
+
+  /// Posts this rank's send buffer of `bytes`, waits until every rank has, and checks that all post
+  /// as many bytes: a rank that sends another amount breaks the world, and every rank throws.
+  /// `owner` and `what` name the call in the message (built only then: no allocation per call).
+  void post_and_meet(const std::byte* send, std::size_t bytes, const char* owner,
+                     const char* what) {
+    const auto me = static_cast<std::size_t>(rank_);
+    world_->posted[me] = send;
+    world_->posted_bytes[me] = bytes;
+    meet();
+    for (int peer = 0; peer < size(); ++peer) {
+      const std::size_t theirs = world_->posted_bytes[static_cast<std::size_t>(peer)];
+      if (theirs == bytes) continue;
+      const std::string message = std::string(owner) + "::" + what + ": rank " +
+                                  std::to_string(rank_) + " sends " + std::to_string(bytes) +
+                                  " bytes but rank " + std::to_string(peer) + " sends " +
+                                  std::to_string(theirs);
+      world_->barrier.break_with(message);
+      throw qsdp::error(message);
+    }
+  }
+
+  /// The send buffer rank `peer` posted.
+  const std::byte* posted(int peer) const { return world_->posted[static_cast<std::size_t>(peer)]; }
+
+  /// Waits until every rank has arrived here too.
+  void meet() { world_->barrier.arrive_and_wait(rank_, world_->timeout); }
+
+  World* world_;
+  int rank_;
+
+ private:
+  std::uint64_t calls_ = 0;
+};
+
 }  // namespace qsdp::detail

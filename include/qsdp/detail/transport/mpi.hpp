@@ -57,10 +57,31 @@ inline void mpi_check(int code, const char* call, const char* where) {
                     " (MPI error code " + std::to_string(code) + ")");
 }
 
+/// Returns comm once it is usable by mpi_communicator, with options in range: MPI initialized and not
+/// finalized, comm neither MPI_COMM_NULL nor an intercommunicator (whose collectives exchange between
+/// two groups, not among all ranks). Otherwise throws qsdp::error naming what is wrong.
+inline MPI_Comm mpi_intracommunicator(MPI_Comm comm, const fault_options& options, const char* where) {
+  check_fault_options(options, where);
+  int initialized = 0;
+  mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", where);
+  if (!initialized)
+    throw qsdp::error(std::string(where) + ": MPI is not initialized; call MPI_Init (or MPI_Init_thread) "
+                                           "before constructing an mpi_communicator");
+  int finalized = 0;
+  mpi_check(MPI_Finalized(&finalized), "MPI_Finalized", where);
+  if (finalized) throw qsdp::error(std::string(where) + ": MPI is already finalized");
+  if (comm == MPI_COMM_NULL) throw qsdp::error(std::string(where) + ": comm is MPI_COMM_NULL");
+  int inter = 0;
+  mpi_check(MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter", where);
+  if (inter)
+    throw qsdp::error(std::string(where) + ": comm is an intercommunicator; expected an intracommunicator");
+  return comm;
+}
+
 /// A committed datatype of `bytes` contiguous bytes whose extent is `stride`: count 1 of it reads or
 /// writes `bytes` bytes, and the collectives place the block of peer i at i * stride. Freed on scope
 /// exit, also when a collective throws.
-class mpi_strided_bytes {
+class mpi_strided_bytes : private no_copies {
  public:
   mpi_strided_bytes(std::size_t bytes, std::size_t stride, const char* where) {
     MPI_Datatype block = MPI_DATATYPE_NULL;
@@ -76,8 +97,6 @@ class mpi_strided_bytes {
   ~mpi_strided_bytes() {
     if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
   }
-  mpi_strided_bytes(const mpi_strided_bytes&) = delete;
-  mpi_strided_bytes& operator=(const mpi_strided_bytes&) = delete;
 
   MPI_Datatype get() const noexcept { return type_; }
 
