@@ -2,7 +2,8 @@
 # Configure, build and run the whole qsdp test suite.
 #
 #   scripts/test.sh            # preset "release" (build/release)
-#   CI=true scripts/test.sh    # preset "ci" (build/ci, warnings are errors, sm_90 only), then
+#   CI=true scripts/test.sh    # the format check (scripts/format.sh --check), preset "ci"
+#                              # (build/ci, warnings are errors, sm_90 only), then
 #                              # the sanitizer builds (scripts/sanitize.sh) and a 60-s fuzz run
 #                              # (scripts/fuzz.sh, with the fuzzer the asan build made)
 #   QSDP_TEST_RELIABILITY=1 scripts/test.sh   # preset "release" plus the sanitizers and the fuzz run
@@ -34,6 +35,10 @@ else
 fi
 
 total_start=${SECONDS}
+if [[ "${preset}" == ci ]]; then
+  # The tree is clang-formatted (.clang-format); a change that is not fails here, in seconds.
+  stage format bash scripts/format.sh --check
+fi
 stage configure cmake --preset "${preset}"
 stage build cmake --build --preset "${preset}" -j "$(nproc)"
 stage test ctest --preset "${preset}"
