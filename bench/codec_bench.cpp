@@ -43,7 +43,8 @@ void bm_memcpy(benchmark::State& state) {
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * src.size() * sizeof(float)));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * 2 * src.size() * sizeof(float)));
 }
 
 template <class Q, class T>
@@ -76,8 +77,10 @@ void bm_decode(benchmark::State& state, Q q) {
 
 template <class Q>
 void register_policy(const std::string& name, Q q) {
-  benchmark::RegisterBenchmark(("encode/" + name).c_str(), [q](benchmark::State& s) { bm_encode<Q, float>(s, q); });
-  benchmark::RegisterBenchmark(("decode/" + name).c_str(), [q](benchmark::State& s) { bm_decode<Q, float>(s, q); });
+  benchmark::RegisterBenchmark(("encode/" + name).c_str(),
+                               [q](benchmark::State& s) { bm_encode<Q, float>(s, q); });
+  benchmark::RegisterBenchmark(("decode/" + name).c_str(),
+                               [q](benchmark::State& s) { bm_decode<Q, float>(s, q); });
 }
 
 /// Keeps the median of every benchmark as well as printing the usual table.
@@ -109,9 +112,9 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0) repetitions_given = true;
     args.push_back(argv[i]);
   }
-  // Medians of 9 repetitions by default, with the repetitions of all benchmarks interleaved in random
-  // order: the machines are shared and noisy, and interleaving spreads a slow spell over every
-  // benchmark (memcpy included) instead of sinking one of them.
+  // Medians of 9 repetitions by default, with the repetitions of all benchmarks interleaved in
+  // random order: the machines are shared and noisy, and interleaving spreads a slow spell over
+  // every benchmark (memcpy included) instead of sinking one of them.
   std::string repetitions = "--benchmark_repetitions=9",
               aggregates = "--benchmark_report_aggregates_only=true",
               interleave = "--benchmark_enable_random_interleaving=true";
@@ -147,10 +150,13 @@ int main(int argc, char** argv) {
   const auto& m = reporter.bytes_per_second;
   if (!m.count("memcpy")) return 0;  // filtered out: no ceiling to compare with
   const double ceiling = m.at("memcpy");
-  const std::map<std::string, double> goals = {{"encode/uniform<8>", 0.6}, {"decode/uniform<8>", 0.7},
-                                               {"encode/symmetric<8>", 0.6}, {"decode/symmetric<8>", 0.7},
+  const std::map<std::string, double> goals = {{"encode/uniform<8>", 0.6},
+                                               {"decode/uniform<8>", 0.7},
+                                               {"encode/symmetric<8>", 0.6},
+                                               {"decode/symmetric<8>", 0.7},
                                                {"encode/stochastic<8>", 0.4}};
-  std::printf("\nratio to memcpy (medians; memcpy %.2f GB/s, bytes read + written)\n", ceiling / 1e9);
+  std::printf("\nratio to memcpy (medians; memcpy %.2f GB/s, bytes read + written)\n",
+              ceiling / 1e9);
   std::printf("%-24s %10s %8s %8s %s\n", "benchmark", "GB/s", "ratio", "goal", "");
   for (const auto& [name, bps] : m) {
     if (name == "memcpy") continue;

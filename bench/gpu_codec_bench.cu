@@ -172,8 +172,7 @@ void bm_reduce(benchmark::State& state, const std::string& name, Q q) {
                  shard, p + static_cast<std::size_t>(r) * packet_bytes,
                  qsdp::rng_position{0, static_cast<std::uint32_t>(r)}, cudaStream_t{});
   thrust::device_vector<T> out(shard);
-  const qsdp::detail::header_expectation want =
-      qsdp::detail::expectation_for<T>(q, shard);
+  const qsdp::detail::header_expectation want = qsdp::detail::expectation_for<T>(q, shard);
   auto* failure = qsdp::detail::cuda::codec_report(0, "bench");
   T* o = thrust::raw_pointer_cast(out.data());
   run_timed(

@@ -3,19 +3,22 @@
 // qsdp-bench: compressed collectives against the same exchange uncompressed, in the conventions of
 // nccl-tests (bench/README.md, docs/benchmarks.md).
 //
-//   qsdp-bench [-b 1M] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1] [--op all_gather|reduce_scatter|all_reduce]
-//              [--quantizer stochastic|uniform|symmetric|random_shift|identity] [--bits 8] [--bucket 1024]
+//   qsdp-bench [-b 1M] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1] [--op
+//   all_gather|reduce_scatter|all_reduce]
+//              [--quantizer stochastic|uniform|symmetric|random_shift|identity] [--bits 8]
+//              [--bucket 1024]
 //              [--dtype float|bf16|half] [--backend local|mpi|nccl] [--ranks 4] [--json FILE]
 //              [--model --link-gbps G [--latency-us A] [--codec-gbps C] [--codec-threads K]]
 //
-// Sizes follow nccl-tests: `size` is the bytes of the whole buffer (all_gather: the gathered output,
-// reduce_scatter: the input of count * ranks values, all_reduce: the buffer), `count` the values per rank
-// (all_reduce: of the buffer). algbw = size / time; busbw = algbw * (n - 1) / n (all_reduce: 2 (n - 1) / n).
-// Every rank runs the same fixed number of iterations after the warm-up ones, each after a barrier; an
-// iteration's time is the slowest rank's, and the table shows the median over iterations. "plain" is the
-// uncompressed exchange on the same communicator: MPI_Allgather, MPI_Reduce_scatter_block and
-// MPI_Allreduce for the MPI backend, qsdp::identity through the same pipeline for the in-process one,
-// ncclAllGather / ncclReduceScatter / ncclAllReduce for NCCL (bench/qsdp_bench_nccl.cu).
+// Sizes follow nccl-tests: `size` is the bytes of the whole buffer (all_gather: the gathered
+// output, reduce_scatter: the input of count * ranks values, all_reduce: the buffer), `count` the
+// values per rank (all_reduce: of the buffer). algbw = size / time; busbw = algbw * (n - 1) / n
+// (all_reduce: 2 (n - 1) / n). Every rank runs the same fixed number of iterations after the
+// warm-up ones, each after a barrier; an iteration's time is the slowest rank's, and the table
+// shows the median over iterations. "plain" is the uncompressed exchange on the same communicator:
+// MPI_Allgather, MPI_Reduce_scatter_block and MPI_Allreduce for the MPI backend, qsdp::identity
+// through the same pipeline for the in-process one, ncclAllGather / ncclReduceScatter /
+// ncclAllReduce for NCCL (bench/qsdp_bench_nccl.cu).
 //
 // This file: the host backends (local, mpi), the model, and main.
 #include <algorithm>
@@ -52,8 +55,12 @@ constexpr unsigned all_widths = 0x1FEu;
 template <class T, class Q, class Comm>
 void collective(Comm& comm, const Q& q, op_kind op, const T* send, T* recv, std::size_t count) {
   switch (op) {
-    case op_kind::all_gather: qsdp::all_gather(comm, q, send, recv, count); break;
-    case op_kind::reduce_scatter: qsdp::reduce_scatter(comm, q, send, recv, count, qsdp::reduce_op::sum); break;
+    case op_kind::all_gather:
+      qsdp::all_gather(comm, q, send, recv, count);
+      break;
+    case op_kind::reduce_scatter:
+      qsdp::reduce_scatter(comm, q, send, recv, count, qsdp::reduce_op::sum);
+      break;
     case op_kind::all_reduce:
       std::memcpy(static_cast<void*>(recv), send, count * sizeof(T));
       qsdp::all_reduce(comm, q, recv, count, qsdp::reduce_op::sum);
@@ -71,8 +78,8 @@ void bind_common(runner<T>& r, Comm& comm) {
     comm.all_gather_bytes(&token, sink.data(), 1);
   };
   r.gather = [&comm](const double* mine, double* all, std::size_t n) {
-    comm.all_gather_bytes(reinterpret_cast<const std::byte*>(mine), reinterpret_cast<std::byte*>(all),
-                          n * sizeof(double));
+    comm.all_gather_bytes(reinterpret_cast<const std::byte*>(mine),
+                          reinterpret_cast<std::byte*>(all), n * sizeof(double));
   };
 }
 
@@ -91,7 +98,9 @@ void bind_host(runner<T>& r, Comm& comm, host_buffers<T>& b, Compressed compress
     b.result.assign(out_count, T{});
     b.exact.assign(out_count, T{});
   };
-  r.compressed = [&b, compressed](std::size_t n) { compressed(b.input.data(), b.result.data(), n); };
+  r.compressed = [&b, compressed](std::size_t n) {
+    compressed(b.input.data(), b.result.data(), n);
+  };
   r.plain = [&b, plain](std::size_t n) { plain(b.input.data(), b.exact.data(), n); };
   r.fetch = [&b](std::vector<T>& result, std::vector<T>& exact) {
     result = b.result;
@@ -99,18 +108,21 @@ void bind_host(runner<T>& r, Comm& comm, host_buffers<T>& b, Compressed compress
   };
 }
 
-// ---- --model: alpha-beta prediction -------------------------------------------------------------------
-// Every exchange is n - 1 messages per rank through the rank's own link (a ring or direct sends: each rank
-// sends and receives (n - 1) * bytes), so t_net(bytes) = (n - 1) * (alpha + bytes / beta). qsdp runs
-// codec and network one after the other (no overlap), and first exchanges a 64-byte descriptor:
-//   all_gather      plain: t_net(P)                        qsdp: t_net(64) + enc(c) + t_net(W) + n dec(c)
-//   reduce_scatter  plain: t_net(P) + (n - 1) sum(c)       qsdp: t_net(64) + n enc(c) + t_net(W) + acc(n, c)
-//   all_reduce      reduce_scatter of the buffer's shards, then all_gather of them
+// ---- --model: alpha-beta prediction
+// ------------------------------------------------------------------- Every exchange is n - 1
+// messages per rank through the rank's own link (a ring or direct sends: each rank sends and
+// receives (n - 1) * bytes), so t_net(bytes) = (n - 1) * (alpha + bytes / beta). qsdp runs codec
+// and network one after the other (no overlap), and first exchanges a 64-byte descriptor:
+//   all_gather      plain: t_net(P)                        qsdp: t_net(64) + enc(c) + t_net(W) + n
+//   dec(c) reduce_scatter  plain: t_net(P) + (n - 1) sum(c)       qsdp: t_net(64) + n enc(c) +
+//   t_net(W) + acc(n, c) all_reduce      reduce_scatter of the buffer's shards, then all_gather of
+//   them
 // with P = c * sizeof(T), W the packet's bytes, and the codec times measured here on the same data
-// (median of 5, `codec_threads` threads encoding at once, since ranks of one machine share its cores),
-// or derived from --codec-gbps.
+// (median of 5, `codec_threads` threads encoding at once, since ranks of one machine share its
+// cores), or derived from --codec-gbps.
 struct codec_times {
-  double encode_s = 0, decode_s = 0, accumulate_s = 0, add_s = 0;  // per call, one chunk of c values
+  double encode_s = 0, decode_s = 0, accumulate_s = 0,
+         add_s = 0;  // per call, one chunk of c values
 };
 
 template <class T, class Q>
@@ -154,13 +166,16 @@ codec_times time_codec(const options& o, const Q& q, std::size_t count, int rank
     sums.emplace_back(count, 0.0f);
   }
   t.encode_s = median_seconds([&](int k) {
-    qsdp::encode(q, inputs[static_cast<std::size_t>(k)].data(), count, packets[static_cast<std::size_t>(k)].data());
+    qsdp::encode(q, inputs[static_cast<std::size_t>(k)].data(), count,
+                 packets[static_cast<std::size_t>(k)].data());
   });
   t.decode_s = median_seconds([&](int k) {
-    qsdp::decode(q, packets[static_cast<std::size_t>(k)].data(), count, outputs[static_cast<std::size_t>(k)].data());
+    qsdp::decode(q, packets[static_cast<std::size_t>(k)].data(), count,
+                 outputs[static_cast<std::size_t>(k)].data());
   });
   t.accumulate_s = median_seconds([&](int k) {
-    qsdp::decode_accumulate(q, packets[static_cast<std::size_t>(k)].data(), count, sums[static_cast<std::size_t>(k)].data());
+    qsdp::decode_accumulate(q, packets[static_cast<std::size_t>(k)].data(), count,
+                            sums[static_cast<std::size_t>(k)].data());
   });
   t.add_s = median_seconds([&](int k) {
     auto& acc = sums[static_cast<std::size_t>(k)];
@@ -176,10 +191,11 @@ std::vector<row> model_sweep(const options& o, const Q& q) {
   const double alpha = o.latency_us * 1e-6, beta = o.link_gbps * 1e9 / 8;
   auto net = [&](double bytes) { return static_cast<double>(n - 1) * (alpha + bytes / beta); };
   std::vector<row> rows;
-  for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0000001;
-       size *= o.factor) {
+  for (double size = static_cast<double>(o.min_bytes);
+       size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
     const std::size_t bytes = static_cast<std::size_t>(size);
-    const std::size_t count = o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / n;
+    const std::size_t count =
+        o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / n;
     if (count == 0) continue;
     row out;
     out.count = count;
@@ -198,8 +214,12 @@ std::vector<row> model_sweep(const options& o, const Q& q) {
     const double scatter_codec = nd * c.encode_s + nd * c.accumulate_s;
     double tq = 0, tp = 0, codec = 0;
     switch (o.op) {
-      case op_kind::all_gather: tq = gather_q, tp = gather_p, codec = gather_codec; break;
-      case op_kind::reduce_scatter: tq = scatter_q, tp = scatter_p, codec = scatter_codec; break;
+      case op_kind::all_gather:
+        tq = gather_q, tp = gather_p, codec = gather_codec;
+        break;
+      case op_kind::reduce_scatter:
+        tq = scatter_q, tp = scatter_p, codec = scatter_codec;
+        break;
       case op_kind::all_reduce:
         tq = scatter_q + gather_q, tp = scatter_p + gather_p, codec = scatter_codec + gather_codec;
         break;
@@ -221,22 +241,31 @@ std::vector<row> model_sweep(const options& o, const Q& q) {
 template <class T, class Q>
 void run_host(const options& o, const Q& q, const std::string& policy) {
   if (o.model) {
-    std::printf("# MODEL (predicted, not measured): links %.3g Gbit/s per rank, latency %.3g us, codec %s\n",
-                o.link_gbps, o.latency_us,
-                o.codec_gbps > 0 ? (std::to_string(o.codec_gbps) + " GB/s (given)").c_str()
-                                 : "timed on this machine");
+    std::printf(
+        "# MODEL (predicted, not measured): links %.3g Gbit/s per rank, latency %.3g us, codec "
+        "%s\n",
+        o.link_gbps, o.latency_us,
+        o.codec_gbps > 0 ? (std::to_string(o.codec_gbps) + " GB/s (given)").c_str()
+                         : "timed on this machine");
     report(o, policy, 0, o.ranks, model_sweep<T>(o, q));
     return;
   }
   if (o.backend == "local") {
-    qsdp::run_local(o.ranks, [&](qsdp::local_communicator& comm) {
-      runner<T> r;
-      host_buffers<T> buffers;
-      bind_host(r, comm, buffers, [&](const T* s, T* d, std::size_t n) { collective(comm, q, o.op, s, d, n); },
-                [&](const T* s, T* d, std::size_t n) { collective(comm, qsdp::identity{}, o.op, s, d, n); });
-      const std::vector<row> rows = run_sweep(r, o, q);
-      report(o, policy, comm.rank(), comm.size(), rows);
-    }, qsdp::fault_options{.timeout = std::chrono::minutes(10)});
+    qsdp::run_local(
+        o.ranks,
+        [&](qsdp::local_communicator& comm) {
+          runner<T> r;
+          host_buffers<T> buffers;
+          bind_host(
+              r, comm, buffers,
+              [&](const T* s, T* d, std::size_t n) { collective(comm, q, o.op, s, d, n); },
+              [&](const T* s, T* d, std::size_t n) {
+                collective(comm, qsdp::identity{}, o.op, s, d, n);
+              });
+          const std::vector<row> rows = run_sweep(r, o, q);
+          report(o, policy, comm.rank(), comm.size(), rows);
+        },
+        qsdp::fault_options{.timeout = std::chrono::minutes(10)});
     return;
   }
 #if QSDP_BENCH_MPI
@@ -245,15 +274,19 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
   host_buffers<T> buffers;
   MPI_Datatype type = sizeof(T) == 4 ? MPI_FLOAT : MPI_UINT16_T;
   auto plain = [&](const T* s, T* d, std::size_t n) {
-    if (n > static_cast<std::size_t>(INT32_MAX)) throw std::runtime_error("qsdp-bench: count above INT_MAX for MPI");
+    if (n > static_cast<std::size_t>(INT32_MAX))
+      throw std::runtime_error("qsdp-bench: count above INT_MAX for MPI");
     const int c = static_cast<int>(n);
     int rc = MPI_SUCCESS;
     switch (o.op) {
-      case op_kind::all_gather: rc = MPI_Allgather(s, c, type, d, c, type, MPI_COMM_WORLD); break;
+      case op_kind::all_gather:
+        rc = MPI_Allgather(s, c, type, d, c, type, MPI_COMM_WORLD);
+        break;
       case op_kind::reduce_scatter:
       case op_kind::all_reduce:
         if constexpr (sizeof(T) != 4) {
-          // MPI has no bf16/half sum: the plain exchange of 16-bit values is the qsdp pipeline unquantized.
+          // MPI has no bf16/half sum: the plain exchange of 16-bit values is the qsdp pipeline
+          // unquantized.
           collective(comm, qsdp::identity{}, o.op, s, d, n);
           return;
         } else if (o.op == op_kind::reduce_scatter) {
@@ -265,11 +298,14 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
     }
     if (rc != MPI_SUCCESS) throw std::runtime_error("qsdp-bench: plain MPI collective failed");
   };
-  bind_host(r, comm, buffers, [&](const T* s, T* d, std::size_t n) { collective(comm, q, o.op, s, d, n); }, plain);
+  bind_host(
+      r, comm, buffers,
+      [&](const T* s, T* d, std::size_t n) { collective(comm, q, o.op, s, d, n); }, plain);
   const std::vector<row> rows = run_sweep(r, o, q);
   report(o, policy, comm.rank(), comm.size(), rows);
 #else
-  throw std::invalid_argument("qsdp-bench: --backend mpi: this build has no MPI (install libopenmpi-dev, reconfigure)");
+  throw std::invalid_argument(
+      "qsdp-bench: --backend mpi: this build has no MPI (install libopenmpi-dev, reconfigure)");
 #endif
 }
 
@@ -279,10 +315,12 @@ int main(int argc, char** argv) {
 #if QSDP_BENCH_MPI
   // MPI for --backend mpi, and for --backend nccl when started by mpirun (one process per GPU).
   bool mpi = false;
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+  const bool under_mpirun =
+      std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--backend") == 0 &&
-        (std::strcmp(argv[i + 1], "mpi") == 0 || (std::strcmp(argv[i + 1], "nccl") == 0 && under_mpirun)))
+        (std::strcmp(argv[i + 1], "mpi") == 0 ||
+         (std::strcmp(argv[i + 1], "nccl") == 0 && under_mpirun)))
       mpi = true;
   if (mpi) {
     MPI_Init(&argc, &argv);
@@ -308,7 +346,8 @@ int main(int argc, char** argv) {
       run_nccl(o, group);
 #endif
     } else {
-      dispatch<all_widths>(o, [&]<class T>(const auto& q, const std::string& name) { run_host<T>(o, q, name); });
+      dispatch<all_widths>(
+          o, [&]<class T>(const auto& q, const std::string& name) { run_host<T>(o, q, name); });
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -56,14 +56,21 @@ options parse(int argc, char** argv) {
     if (a == "--help" || a == "-h") usage("help");
     if (i + 1 >= argc) usage(("missing value after " + a).c_str());
     const char* v = argv[++i];
-    if (a == "--size") o.size = parse_count("--size", v);
-    else if (a == "--bucket") o.bucket = parse_count("--bucket", v);
-    else if (a == "--dtype") o.dtype = v;
-    else if (a == "--data") o.data = v;
-    else usage(("unknown option " + a).c_str());
+    if (a == "--size")
+      o.size = parse_count("--size", v);
+    else if (a == "--bucket")
+      o.bucket = parse_count("--bucket", v);
+    else if (a == "--dtype")
+      o.dtype = v;
+    else if (a == "--data")
+      o.data = v;
+    else
+      usage(("unknown option " + a).c_str());
   }
-  if (o.dtype != "float" && o.dtype != "bf16") usage(("--dtype must be float or bf16, got " + o.dtype).c_str());
-  if (o.data != "normal" && o.data != "gradient") usage(("--data must be normal or gradient, got " + o.data).c_str());
+  if (o.dtype != "float" && o.dtype != "bf16")
+    usage(("--dtype must be float or bf16, got " + o.dtype).c_str());
+  if (o.data != "normal" && o.data != "gradient")
+    usage(("--data must be normal or gradient, got " + o.data).c_str());
 #if !QSDP_HAS_CUDA_HALF
   if (o.dtype == "bf16") usage("this build has no CUDA headers, so no __nv_bfloat16");
 #endif
@@ -100,7 +107,8 @@ void run(const options& o) {
 
   std::vector<T> copy(o.size), y(o.size);
   const int repeats = 5;
-  const double memcpy_s = median_seconds([&] { std::memcpy(static_cast<void*>(copy.data()), x.data(), o.size * sizeof(T)); }, repeats);
+  const double memcpy_s = median_seconds(
+      [&] { std::memcpy(static_cast<void*>(copy.data()), x.data(), o.size * sizeof(T)); }, repeats);
   const double memcpy_gbs = 2.0 * o.size * sizeof(T) / memcpy_s / 1e9;
 
   std::printf("%-16s %12s %9s %9s %12s %12s %10s %10s\n", "policy", "wire bytes", "bits/val",
@@ -110,8 +118,10 @@ void run(const options& o) {
   auto row = [&](auto q) {
     using Q = decltype(q);
     std::vector<std::byte> packet(qsdp::compressed_size<T>(q, o.size));
-    const double enc_s = median_seconds([&] { qsdp::encode(q, x.data(), o.size, packet.data()); }, repeats);
-    const double dec_s = median_seconds([&] { qsdp::decode(q, packet.data(), o.size, y.data()); }, repeats);
+    const double enc_s =
+        median_seconds([&] { qsdp::encode(q, x.data(), o.size, packet.data()); }, repeats);
+    const double dec_s =
+        median_seconds([&] { qsdp::decode(q, packet.data(), o.size, y.data()); }, repeats);
     double err2 = 0, max_err = 0;
     for (std::size_t i = 0; i < o.size; ++i) {
       const double e = double(qsdp::to_float(x[i])) - qsdp::to_float(y[i]);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Writing your own quantizer: a mu-law (logarithmic companding) policy, as used in telephony, which
-// spends its codes where gradients live: many small values, few large ones. qsdp computes the bucket
-// statistics, packs the codes, lays out metadata and handles tails and NaN/inf; the policy only says
-// how one value maps to a code and back.
+// spends its codes where gradients live: many small values, few large ones. qsdp computes the
+// bucket statistics, packs the codes, lays out metadata and handles tails and NaN/inf; the policy
+// only says how one value maps to a code and back.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -12,11 +12,12 @@
 #include <qsdp/codec.hpp>
 
 /// Sign and magnitude on a logarithmic scale relative to the bucket's largest magnitude:
-/// y = ln(1 + mu |x| / a) / ln(1 + mu) in [0, 1], rounded to one of 2^(B-1) - 1 levels, plus a sign bit.
+/// y = ln(1 + mu |x| / a) / ln(1 + mu) in [0, 1], rounded to one of 2^(B-1) - 1 levels, plus a sign
+/// bit.
 template <int B>
 struct mu_law {
-  static constexpr int bits = B;               // code width (1..8): required
-  static constexpr bool randomized = false;    // no random draws needed: required
+  static constexpr int bits = B;                     // code width (1..8): required
+  static constexpr bool randomized = false;          // no random draws needed: required
   static constexpr std::uint32_t wire_tag = 0x6d75;  // optional: tells packets of this policy apart
   static constexpr double mu = 255.0;
   static constexpr int levels = (1 << (B - 1)) - 1;
@@ -71,7 +72,8 @@ int main() {
   const double sym_err = report("symmetric<8>", qsdp::symmetric<8>{.bucket_size = 512});
   report("mu_law<4>", mu_law<4>{});
   report("symmetric<4>", qsdp::symmetric<4>{.bucket_size = 512});
-  // The point of the custom policy: small gradients survive where a linear grid flushes them to zero.
+  // The point of the custom policy: small gradients survive where a linear grid flushes them to
+  // zero.
   if (!(mu_err < sym_err)) {
     std::printf("unexpected: mu-law should keep small values better than a linear grid\n");
     return 1;

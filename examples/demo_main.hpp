@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// main() of the two demos (codec_demo.cpp, collectives_demo.cpp): parse the options, run the demo for
-// the element type --dtype names (float, or bf16 where the CUDA toolkit's headers are), and turn a
-// qsdp::error into its message and exit status 1.
+// main() of the two demos (codec_demo.cpp, collectives_demo.cpp): parse the options, run the demo
+// for the element type --dtype names (float, or bf16 where the CUDA toolkit's headers are), and
+// turn a qsdp::error into its message and exit status 1.
 #pragma once
 
 #include <cstdio>
@@ -14,7 +14,8 @@ int run_demo(const char* program, int argc, char** argv, Parse&& parse, Run&& ru
     const auto options = parse(argc, argv);
     if (options.dtype == "float") run(float{}, options);
 #if QSDP_HAS_CUDA_HALF
-    else run(__nv_bfloat16{}, options);
+    else
+      run(__nv_bfloat16{}, options);
 #endif
     return 0;
   } catch (const qsdp::error& e) {

@@ -25,8 +25,11 @@ TEST_CASE("NaN or inf in a bucket: that bucket decodes to NaN, the others are un
       const auto y_dirty = round_trip(q2, dirty);
       INFO(describe(q) << " bad value " << bad);
       for (std::size_t i = 0; i < n; ++i) {
-        if (i / bucket == 2) REQUIRE(std::isnan(y_dirty[i]));
-        else REQUIRE(std::bit_cast<std::uint32_t>(y_dirty[i]) == std::bit_cast<std::uint32_t>(y_clean[i]));
+        if (i / bucket == 2)
+          REQUIRE(std::isnan(y_dirty[i]));
+        else
+          REQUIRE(std::bit_cast<std::uint32_t>(y_dirty[i]) ==
+                  std::bit_cast<std::uint32_t>(y_clean[i]));
       }
       std::vector<float> acc(n, 0.0f);
       std::vector<std::byte> p(qsdp::compressed_size<float>(q, n));
@@ -86,7 +89,8 @@ TEST_CASE("values near +-FLT_MAX: finite in, finite out, within the bound") {
   std::vector<__half> h(256);
   for (std::size_t i = 0; i < h.size(); ++i) h[i] = from_f<__half>(i % 2 ? 65504.0f : -65504.0f);
   for (int call = 0; call < 20; ++call) {
-    const auto y = round_trip(qsdp::random_shift<2>{.bucket_size = 256, .seed = std::uint64_t(call)}, h);
+    const auto y =
+        round_trip(qsdp::random_shift<2>{.bucket_size = 256, .seed = std::uint64_t(call)}, h);
     for (auto v : y) REQUIRE(std::isfinite(to_f(v)));
   }
 #endif
@@ -95,7 +99,8 @@ TEST_CASE("values near +-FLT_MAX: finite in, finite out, within the bound") {
 TEST_CASE("denormals: finite, exact when all equal, within the bound") {
   std::vector<float> x(500);
   for (std::size_t i = 0; i < x.size(); ++i)
-    x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(1 + i * 7919 % 0x7FFFFF)) * (i % 3 ? 1 : -1);
+    x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(1 + i * 7919 % 0x7FFFFF)) *
+           (i % 3 ? 1 : -1);
   for_each_policy(50, 9, [&](auto q) {
     const auto y = round_trip(q, x);
     INFO(describe(q));
@@ -197,8 +202,9 @@ TEST_CASE("a packet buffer that is too small is refused, naming both sizes") {
                          " bytes, but a packet of 1000 values needs " + std::to_string(need))
                             .c_str()),
       qsdp::error);
-  CHECK_THROWS_WITH_AS(qsdp::decode(q, std::span<const std::byte>(p.data(), 20), std::span<float>(y)),
-                       doctest::Contains("less than the 32-byte header"), qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::decode(q, std::span<const std::byte>(p.data(), 20), std::span<float>(y)),
+      doctest::Contains("less than the 32-byte header"), qsdp::error);
 }
 
 TEST_CASE("a header that does not match the decoder is refused, naming both values") {
@@ -207,10 +213,12 @@ TEST_CASE("a header that does not match the decoder is refused, naming both valu
   std::vector<std::byte> p(qsdp::compressed_size<float>(q, x.size()));
   qsdp::encode(q, x.data(), x.size(), p.data());
   std::vector<float> y(x.size());
-  CHECK_THROWS_WITH_AS(qsdp::decode(qsdp::uniform<8>{.bucket_size = 128}, p.data(), x.size(), y.data()),
-                       doctest::Contains("packet bucket_size 100, decoder expects 128"), qsdp::error);
-  CHECK_THROWS_WITH_AS(qsdp::decode(qsdp::uniform<4>{.bucket_size = 100}, p.data(), x.size(), y.data()),
-                       doctest::Contains("packet has 8 bits per value, decoder expects 4"), qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::decode(qsdp::uniform<8>{.bucket_size = 128}, p.data(), x.size(), y.data()),
+      doctest::Contains("packet bucket_size 100, decoder expects 128"), qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::decode(qsdp::uniform<4>{.bucket_size = 100}, p.data(), x.size(), y.data()),
+      doctest::Contains("packet has 8 bits per value, decoder expects 4"), qsdp::error);
   CHECK_THROWS_WITH_AS(
       qsdp::decode(qsdp::stochastic<8>{.bucket_size = 100}, p.data(), x.size(), y.data()),
       doctest::Contains("encoded by quantizer 'uniform' (id 1, tag 0), decoder uses 'stochastic'"),
@@ -223,20 +231,21 @@ TEST_CASE("a header that does not match the decoder is refused, naming both valu
                        qsdp::error);
   auto corrupt = p;
   corrupt[0] = std::byte{0};
-  CHECK_THROWS_WITH_AS(qsdp::decode(q, corrupt.data(), x.size(), y.data()),
-                       doctest::Contains("not a qsdp packet: magic 0x50445300, expected 0x50445351"),
-                       qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::decode(q, corrupt.data(), x.size(), y.data()),
+      doctest::Contains("not a qsdp packet: magic 0x50445300, expected 0x50445351"), qsdp::error);
   corrupt = p;
   corrupt[4] = std::byte{9};
   CHECK_THROWS_WITH_AS(qsdp::decode(q, corrupt.data(), x.size(), y.data()),
-                       doctest::Contains("format version 9, this build reads version 1"), qsdp::error);
+                       doctest::Contains("format version 9, this build reads version 1"),
+                       qsdp::error);
   // Identity packets hold raw values: the element type must match.
   std::vector<std::byte> raw(qsdp::compressed_size<float>(qsdp::identity{}, x.size()));
   qsdp::encode(qsdp::identity{}, x.data(), x.size(), raw.data());
   std::vector<double> yd(x.size());
-  CHECK_THROWS_WITH_AS(qsdp::decode(qsdp::identity{}, raw.data(), x.size(), yd.data()),
-                       doctest::Contains("packet holds float values (type 1), decoder expects double"),
-                       qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::decode(qsdp::identity{}, raw.data(), x.size(), yd.data()),
+      doctest::Contains("packet holds float values (type 1), decoder expects double"), qsdp::error);
   // A later packet of a contiguous list that disagrees is named by its index.
   std::vector<std::byte> two(p.size() * 2);
   std::memcpy(two.data(), p.data(), p.size());

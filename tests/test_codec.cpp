@@ -14,7 +14,8 @@ std::size_t up16(std::size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
 TEST_CASE("compressed_size follows docs/wire-format.md") {
-  // header 32 | metadata buckets*meta | flags ceil(buckets/8) | codes ceil(count*bits/8), each 16-aligned
+  // header 32 | metadata buckets*meta | flags ceil(buckets/8) | codes ceil(count*bits/8), each
+  // 16-aligned
   auto expected = [](std::size_t count, std::size_t bucket, std::size_t meta, std::size_t bits) {
     const std::size_t buckets = (count + bucket - 1) / bucket;
     return 32 + up16(buckets * meta) + up16((buckets + 7) / 8) + up16((count * bits + 7) / 8);
@@ -25,14 +26,16 @@ TEST_CASE("compressed_size follows docs/wire-format.md") {
           expected(count, 100, 8, 3));
     CHECK(qsdp::compressed_size<double>(qsdp::symmetric<1>{.bucket_size = 7}, count) ==
           expected(count, 7, 4, 1));
-    CHECK(qsdp::compressed_size<float>(qsdp::random_shift<5>{}, count) == expected(count, 1024, 12, 5));
+    CHECK(qsdp::compressed_size<float>(qsdp::random_shift<5>{}, count) ==
+          expected(count, 1024, 12, 5));
     CHECK(qsdp::compressed_size<float>(qsdp::identity{}, count) == 32 + up16(count * 4));
     CHECK(qsdp::compressed_size<double>(qsdp::identity{}, count) == 32 + up16(count * 8));
   }
   // The README's figure: 8 bits, bucket 1024, two fp32 of metadata -> 8.0625 bits per value.
   const std::size_t n = std::size_t{1} << 26;
   const double bits_per_value = 8.0 * qsdp::compressed_size<float>(qsdp::uniform<8>{}, n) / n;
-  CHECK(bits_per_value == doctest::Approx(8.0625 + 1.0 / 1024).epsilon(1e-4));  // + 1 flag bit/bucket
+  CHECK(bits_per_value ==
+        doctest::Approx(8.0625 + 1.0 / 1024).epsilon(1e-4));  // + 1 flag bit/bucket
 }
 
 TEST_CASE("the header carries what docs/wire-format.md says") {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The collectives over the in-process communicator: results against a float64 reference within the
-// policies' bounds, identity bit-exact, unbiasedness, agreement checks, failures that end in errors.
+// policies' bounds, identity bit-exact, unbiasedness, agreement checks, failures that end in
+// errors.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -25,8 +26,10 @@ std::vector<float> rank_data(int rank, std::size_t n, std::uint32_t salt) {
 
 template <class Q>
 std::string describe_policy(const Q& q) {
-  if constexpr (qsdp::detail::is_identity<Q>) return "identity";
-  else return describe(q);
+  if constexpr (qsdp::detail::is_identity<Q>)
+    return "identity";
+  else
+    return describe(q);
 }
 
 /// Bound on |decoded - x| of every value of `x` as policy q quantizes it (per bucket).
@@ -37,7 +40,8 @@ std::vector<double> per_value_bounds(const Q& q, const std::vector<float>& x) {
     for (std::size_t b = 0; b < x.size(); b += q.bucket_size) {
       const std::size_t e = std::min(x.size(), b + q.bucket_size);
       double lo = INFINITY, hi = -INFINITY;
-      for (std::size_t i = b; i < e; ++i) lo = std::min<double>(lo, x[i]), hi = std::max<double>(hi, x[i]);
+      for (std::size_t i = b; i < e; ++i)
+        lo = std::min<double>(lo, x[i]), hi = std::max<double>(hi, x[i]);
       for (std::size_t i = b; i < e; ++i) bound[i] = error_bound<Q, float>(lo, hi);
     }
   }
@@ -57,9 +61,10 @@ void check_all_gather(const Q& q, int world, std::size_t count) {
       const auto bound = per_value_bounds(q, theirs);
       for (std::size_t i = 0; i < count; ++i) {
         const float got = full[static_cast<std::size_t>(r) * count + i];
-        const bool ok = qsdp::detail::is_identity<Q>
-                            ? std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(theirs[i])
-                            : std::abs(double(got) - theirs[i]) <= bound[i];
+        const bool ok =
+            qsdp::detail::is_identity<Q>
+                ? std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(theirs[i])
+                : std::abs(double(got) - theirs[i]) <= bound[i];
         if (!ok) {
           std::lock_guard lock(m);
           failure = "rank " + std::to_string(comm.rank()) + " value " + std::to_string(i) +
@@ -121,21 +126,27 @@ void for_each_tested_policy(std::size_t bucket, Fn&& fn) {
     (fn(qsdp::uniform<B>{.bucket_size = bucket}), ...);
     (fn(qsdp::stochastic<B>{.bucket_size = bucket, .seed = 5}), ...);
     (fn(qsdp::symmetric<B>{.bucket_size = bucket}), ...);
-  }(std::integer_sequence<int, 1, 2, 3, 4, 8>{});
+  }
+  (std::integer_sequence<int, 1, 2, 3, 4, 8>{});
   [&]<int... B>(std::integer_sequence<int, B...>) {
     (fn(qsdp::random_shift<B>{.bucket_size = bucket, .seed = 5}), ...);
-  }(std::integer_sequence<int, 2, 3, 4, 8>{});
+  }
+  (std::integer_sequence<int, 2, 3, 4, 8>{});
 }
 
 }  // namespace
 
-TEST_CASE("all_gather: every policy at 1, 2, 3, 4, 8 bits, world sizes 1..8, counts on and off the bucket grid") {
+TEST_CASE(
+    "all_gather: every policy at 1, 2, 3, 4, 8 bits, world sizes 1..8, counts on and off the "
+    "bucket grid") {
   for (int world = 1; world <= 8; ++world)
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{128}, std::size_t{133}})
       for_each_tested_policy(64, [&](auto q) { check_all_gather(q, world, count); });
 }
 
-TEST_CASE("reduce_scatter: every policy at 1, 2, 3, 4, 8 bits, world sizes 1..8, sum and avg, within the summed bounds") {
+TEST_CASE(
+    "reduce_scatter: every policy at 1, 2, 3, 4, 8 bits, world sizes 1..8, sum and avg, within the "
+    "summed bounds") {
   for (int world = 1; world <= 8; ++world)
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{128}, std::size_t{130}})
       for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
@@ -148,7 +159,8 @@ TEST_CASE("stochastic reduce_scatter is unbiased over many calls") {
   std::vector<double> mean(count, 0.0), exact(count, 0.0);
   qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
     std::vector<float> x(count * world);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::fmod(0.37f * (i + 1) + 0.1f * comm.rank(), 1.0f);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] = std::fmod(0.37f * (i + 1) + 0.1f * comm.rank(), 1.0f);
     x[0] = 0.0f, x[count] = 0.0f, x[2 * count] = 0.0f;  // each chunk spans [0, ~1)
     x[1] = 1.0f, x[count + 1] = 1.0f, x[2 * count + 1] = 1.0f;
     qsdp::stochastic<2> q{.bucket_size = 64, .seed = 9};
@@ -168,9 +180,11 @@ TEST_CASE("stochastic reduce_scatter is unbiased over many calls") {
       if (i == 1) v = 1.0f;
       exact[i] += v;
     }
-  // Each rank's rounding has variance <= step^2/4 (step 1/3): standard error of the mean of the sum.
+  // Each rank's rounding has variance <= step^2/4 (step 1/3): standard error of the mean of the
+  // sum.
   const double standard_error = std::sqrt(world * (1.0 / 9) / 4 / calls);
-  for (std::size_t i = 0; i < count; ++i) CHECK(std::abs(mean[i] / calls - exact[i]) < 5 * standard_error);
+  for (std::size_t i = 0; i < count; ++i)
+    CHECK(std::abs(mean[i] / calls - exact[i]) < 5 * standard_error);
 }
 
 TEST_CASE("all_reduce leaves every rank bit-identical and within bounds") {
@@ -187,12 +201,16 @@ TEST_CASE("all_reduce leaves every rank bit-identical and within bounds") {
     double largest = 0;
     for (int r = 0; r < world; ++r) {
       const auto d = rank_data(r, count, 3);
-      for (std::size_t i = 0; i < count; ++i) exact[i] += double(d[i]) / world, largest = std::max(largest, double(std::abs(d[i])));
+      for (std::size_t i = 0; i < count; ++i)
+        exact[i] += double(d[i]) / world, largest = std::max(largest, double(std::abs(d[i])));
     }
     for (int r = 1; r < world; ++r)
-      REQUIRE(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), count * 4) == 0);
-    // Two quantizations of 8 bits (scatter, then gather of the reduced shard): a loose but failing bound.
-    for (std::size_t i = 0; i < count; ++i) REQUIRE(std::abs(results[0][i] - exact[i]) < 4 * 2 * largest / 255);
+      REQUIRE(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(),
+                          count * 4) == 0);
+    // Two quantizations of 8 bits (scatter, then gather of the reduced shard): a loose but failing
+    // bound.
+    for (std::size_t i = 0; i < count; ++i)
+      REQUIRE(std::abs(results[0][i] - exact[i]) < 4 * 2 * largest / 255);
   }
 }
 
@@ -212,66 +230,92 @@ TEST_CASE("a rank that calls differently makes every rank throw an error naming 
     std::atomic<int> thrown{0};
     std::string message;
     std::mutex m;
-    CHECK_THROWS_AS(qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
-      try {
-        body(comm);
-      } catch (const qsdp::error& e) {
-        ++thrown;
-        std::lock_guard lock(m);
-        message = e.what();
-        throw;
-      }
-    }), qsdp::error);
+    CHECK_THROWS_AS(qsdp::run_local(3,
+                                    [&](qsdp::local_communicator& comm) {
+                                      try {
+                                        body(comm);
+                                      } catch (const qsdp::error& e) {
+                                        ++thrown;
+                                        std::lock_guard lock(m);
+                                        message = e.what();
+                                        throw;
+                                      }
+                                    }),
+                    qsdp::error);
     CHECK(thrown == 3);
     INFO(message);
     CHECK(message.find(needle) != std::string::npos);
   };
   std::vector<float> in(3000, 1.0f), out(3000);
-  expect_all_throw([&](qsdp::local_communicator& c) {
-    qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), c.rank() == 1 ? 99 : 100);
-  }, "rank 1 called with count 99, rank 0 with 100");
-  expect_all_throw([&](qsdp::local_communicator& c) {
-    if (c.rank() == 2) qsdp::all_gather(c, qsdp::uniform<4>{}, in.data(), out.data(), 100);
-    else qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), 100);
-  }, "rank 2 called with bits 4, rank 0 with 8");
-  expect_all_throw([&](qsdp::local_communicator& c) {
-    qsdp::reduce_scatter(c, qsdp::symmetric<8>{.bucket_size = c.rank() == 1 ? 512u : 1024u}, in.data(), out.data(), 100,
-                         qsdp::reduce_op::sum);
-  }, "rank 1 called with bucket_size 512, rank 0 with 1024");
-  expect_all_throw([&](qsdp::local_communicator& c) {
-    if (c.rank() == 0) qsdp::reduce_scatter(c, qsdp::stochastic<8>{}, in.data(), out.data(), 100, qsdp::reduce_op::sum);
-    else qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100, qsdp::reduce_op::sum);
-  }, "called with quantizer uniform");
-  expect_all_throw([&](qsdp::local_communicator& c) {
-    qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100,
-                         c.rank() == 2 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
-  }, "rank 2 called with reduce_op avg, rank 0 with sum");
+  expect_all_throw(
+      [&](qsdp::local_communicator& c) {
+        qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), c.rank() == 1 ? 99 : 100);
+      },
+      "rank 1 called with count 99, rank 0 with 100");
+  expect_all_throw(
+      [&](qsdp::local_communicator& c) {
+        if (c.rank() == 2)
+          qsdp::all_gather(c, qsdp::uniform<4>{}, in.data(), out.data(), 100);
+        else
+          qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), 100);
+      },
+      "rank 2 called with bits 4, rank 0 with 8");
+  expect_all_throw(
+      [&](qsdp::local_communicator& c) {
+        qsdp::reduce_scatter(c, qsdp::symmetric<8>{.bucket_size = c.rank() == 1 ? 512u : 1024u},
+                             in.data(), out.data(), 100, qsdp::reduce_op::sum);
+      },
+      "rank 1 called with bucket_size 512, rank 0 with 1024");
+  expect_all_throw(
+      [&](qsdp::local_communicator& c) {
+        if (c.rank() == 0)
+          qsdp::reduce_scatter(c, qsdp::stochastic<8>{}, in.data(), out.data(), 100,
+                               qsdp::reduce_op::sum);
+        else
+          qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100,
+                               qsdp::reduce_op::sum);
+      },
+      "called with quantizer uniform");
+  expect_all_throw(
+      [&](qsdp::local_communicator& c) {
+        qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100,
+                             c.rank() == 2 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
+      },
+      "rank 2 called with reduce_op avg, rank 0 with sum");
 }
 
 TEST_CASE("run_local: a throwing rank is rethrown and releases the others, no hang") {
   const auto start = std::chrono::steady_clock::now();
   std::atomic<int> released{0};
-  CHECK_THROWS_WITH_AS(qsdp::run_local(4, [&](qsdp::local_communicator& comm) {
-    std::vector<float> in(10, 1.0f), out(40);
-    if (comm.rank() == 2) throw std::runtime_error("rank two fails");
-    try {
-      qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
-    } catch (const qsdp::error&) {
-      ++released;
-      throw;
-    }
-  }), "rank two fails", std::runtime_error);
+  CHECK_THROWS_WITH_AS(qsdp::run_local(4,
+                                       [&](qsdp::local_communicator& comm) {
+                                         std::vector<float> in(10, 1.0f), out(40);
+                                         if (comm.rank() == 2)
+                                           throw std::runtime_error("rank two fails");
+                                         try {
+                                           qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(),
+                                                            out.data(), 10);
+                                         } catch (const qsdp::error&) {
+                                           ++released;
+                                           throw;
+                                         }
+                                       }),
+                       "rank two fails", std::runtime_error);
   CHECK(released == 3);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
 }
 
 TEST_CASE("run_local: a rank that returns early releases the others with an error, no hang") {
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
-    if (comm.rank() == 1) return;
-    std::vector<float> in(10, 1.0f), out(30);
-    qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
-  }), doctest::Contains("rank 1 returned while the others were still in a collective"), qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::run_local(3,
+                      [&](qsdp::local_communicator& comm) {
+                        if (comm.rank() == 1) return;
+                        std::vector<float> in(10, 1.0f), out(30);
+                        qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
+                      }),
+      doctest::Contains("rank 1 returned while the others were still in a collective"),
+      qsdp::error);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   CHECK_THROWS_WITH_AS(qsdp::run_local(0, [](qsdp::local_communicator&) {}),
                        doctest::Contains("world is 0; expected >= 1"), qsdp::error);
@@ -287,7 +331,8 @@ TEST_CASE("scratch is reused: no allocation per call in steady state") {
     for (int i = 0; i < 20; ++i) {
       qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum);
       qsdp::all_gather(comm, q, in.data(), out.data(), 5000);
-      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 100, qsdp::reduce_op::avg);  // smaller: reuse
+      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 100,
+                           qsdp::reduce_op::avg);  // smaller: reuse
     }
     CHECK(comm.workspace().growths() == growths);
     CHECK(growths >= 1);
@@ -300,12 +345,15 @@ TEST_CASE("bad arguments of the collectives are refused with a qsdp::error") {
     CHECK_THROWS_WITH_AS(qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10,
                                               static_cast<qsdp::reduce_op>(7)),
                          doctest::Contains("reduce_op 7 is not sum (1) or avg (2)"), qsdp::error);
-    CHECK_THROWS_WITH_AS(qsdp::all_reduce(comm, qsdp::uniform<8>{}, in.data(), 10, static_cast<qsdp::reduce_op>(0)),
-                         doctest::Contains("reduce_op 0 is not sum"), qsdp::error);
-    CHECK_THROWS_WITH_AS(qsdp::all_gather(comm, qsdp::uniform<8>{}, static_cast<const float*>(nullptr), out.data(), 10),
+    CHECK_THROWS_WITH_AS(
+        qsdp::all_reduce(comm, qsdp::uniform<8>{}, in.data(), 10, static_cast<qsdp::reduce_op>(0)),
+        doctest::Contains("reduce_op 0 is not sum"), qsdp::error);
+    CHECK_THROWS_WITH_AS(qsdp::all_gather(comm, qsdp::uniform<8>{},
+                                          static_cast<const float*>(nullptr), out.data(), 10),
                          doctest::Contains("send is null with count 10"), qsdp::error);
-    CHECK_THROWS_WITH_AS(qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 0}, in.data(), out.data(), 10),
-                         doctest::Contains("bucket_size is 0"), qsdp::error);
+    CHECK_THROWS_WITH_AS(
+        qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 0}, in.data(), out.data(), 10),
+        doctest::Contains("bucket_size is 0"), qsdp::error);
     // Refused before any exchange, on every rank alike: the communicator is still in step.
     qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 10);
     CHECK(out[19] == 1.0f);
@@ -314,8 +362,8 @@ TEST_CASE("bad arguments of the collectives are refused with a qsdp::error") {
 
 namespace {
 
-/// A transport that damages rank 1's packet on its way (every second all-gather is a payload exchange,
-/// after the descriptor exchange), to show that receivers check what they get.
+/// A transport that damages rank 1's packet on its way (every second all-gather is a payload
+/// exchange, after the descriptor exchange), to show that receivers check what they get.
 struct corrupting_communicator {
   static constexpr qsdp::memory_space memory = qsdp::memory_space::host;
   qsdp::local_communicator& inner;
@@ -338,18 +386,24 @@ static_assert(qsdp::communicator<corrupting_communicator>);
 
 TEST_CASE("every rank checks the packets it receives and names the sender of a damaged one") {
   std::atomic<int> reported{0};
-  CHECK_THROWS_AS(qsdp::run_local(3, [&](qsdp::local_communicator& local) {
-    corrupting_communicator comm{local};
-    std::vector<float> in(100, 1.0f), out(300);
-    try {
-      qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 64}, in.data(), out.data(), 100);
-    } catch (const qsdp::error& e) {
-      const std::string m = e.what();
-      if (m.find("packet bucket_size 65, decoder expects 64 (in the packet from rank 1)") != std::string::npos)
-        ++reported;
-      throw;
-    }
-  }), qsdp::error);
+  CHECK_THROWS_AS(
+      qsdp::run_local(
+          3,
+          [&](qsdp::local_communicator& local) {
+            corrupting_communicator comm{local};
+            std::vector<float> in(100, 1.0f), out(300);
+            try {
+              qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 64}, in.data(), out.data(),
+                               100);
+            } catch (const qsdp::error& e) {
+              const std::string m = e.what();
+              if (m.find("packet bucket_size 65, decoder expects 64 (in the packet from rank 1)") !=
+                  std::string::npos)
+                ++reported;
+              throw;
+            }
+          }),
+      qsdp::error);
   CHECK(reported == 3);
 }
 

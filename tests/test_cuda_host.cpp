@@ -117,5 +117,4 @@ TEST_CASE("nccl_result_name names every NCCL result, and unknown ones by number"
 }
 #endif  // QSDP_TEST_CUDA_RUNTIME && QSDP_TEST_NCCL
 
-
 TEST_SUITE_END();

@@ -47,8 +47,10 @@ TEST_CASE("a user-defined policy encodes and decodes through the codec") {
     for (std::size_t i = b; i < std::min(x.size(), b + q.bucket_size); ++i) {
       // Nearest power-of-two step in log space: within a factor sqrt(2), or flushed below 2^-6.5.
       const double ax = std::abs(x[i]), ay = std::abs(y[i]);
-      if (ax < abs_max * std::pow(2.0, -6.5)) REQUIRE(ay <= abs_max / 64.0 + 1e-12);
-      else REQUIRE((ay >= ax / std::sqrt(2.0) * 0.999 && ay <= ax * std::sqrt(2.0) * 1.001));
+      if (ax < abs_max * std::pow(2.0, -6.5))
+        REQUIRE(ay <= abs_max / 64.0 + 1e-12);
+      else
+        REQUIRE((ay >= ax / std::sqrt(2.0) * 0.999 && ay <= ax * std::sqrt(2.0) * 1.001));
       if (ay != 0) REQUIRE(std::signbit(x[i]) == std::signbit(y[i]));
     }
   }
@@ -80,7 +82,8 @@ TEST_CASE("a randomized user policy gets fresh, reproducible draws and stays unb
     qsdp::decode(q, p.data(), x.size(), y.data());
     for (std::size_t i = 0; i < x.size(); ++i) mean[i] += y[i] / calls;
   }
-  for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::abs(mean[i] - x[i]) < 5 * 1.0 / std::sqrt(calls));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    CHECK(std::abs(mean[i] - x[i]) < 5 * 1.0 / std::sqrt(calls));
 }
 
 TEST_SUITE_END();

@@ -32,13 +32,17 @@ TEST_CASE("half <-> float: every half survives the round trip") {
 TEST_CASE("bf16 <-> float: every bf16 survives the round trip") {
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
     const float f = bf16_bits_to_float(static_cast<std::uint16_t>(b));
-    if (std::isnan(f)) REQUIRE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(f))));
-    else REQUIRE(float_to_bf16_bits(f) == b);
+    if (std::isnan(f))
+      REQUIRE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(f))));
+    else
+      REQUIRE(float_to_bf16_bits(f) == b);
   }
 }
 
-// A slow but obviously correct reference: the nearest representable value, ties to the even mantissa.
-static float round_to_grid(float f, const std::vector<float>& sorted_grid, const std::vector<int>& lsb) {
+// A slow but obviously correct reference: the nearest representable value, ties to the even
+// mantissa.
+static float round_to_grid(float f, const std::vector<float>& sorted_grid,
+                           const std::vector<int>& lsb) {
   auto it = std::lower_bound(sorted_grid.begin(), sorted_grid.end(), f);
   if (it == sorted_grid.begin()) return *it;
   if (it == sorted_grid.end()) return sorted_grid.back();
@@ -49,7 +53,8 @@ static float round_to_grid(float f, const std::vector<float>& sorted_grid, const
   return lsb[lo] == 0 ? sorted_grid[lo] : sorted_grid[hi];
 }
 
-TEST_CASE("float -> half and float -> bf16 round to nearest even, denormals and overflow included") {
+TEST_CASE(
+    "float -> half and float -> bf16 round to nearest even, denormals and overflow included") {
   for (int which = 0; which < 2; ++which) {
     // All finite non-negative values of the format, in order, with their mantissa parity.
     std::vector<float> grid;
@@ -121,13 +126,14 @@ TEST_CASE("saturating narrowing keeps finite values finite and non-finite values
 namespace {
 
 /// Awkward floats for bf16 narrowing: NaNs with payloads and signs, infinities, the largest floats,
-/// values between bf16's largest finite value and float's, rounding ties either way, subnormals, zeros;
-/// then random bit patterns.
+/// values between bf16's largest finite value and float's, rounding ties either way, subnormals,
+/// zeros; then random bit patterns.
 std::vector<float> narrowing_cases() {
-  std::vector<std::uint32_t> bits = {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0xFF812345u, 0x7F800000u, 0xFF800000u,
-                                     0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0x7F7F7FFFu, 0x7F7F0000u, 0xFF7F8001u,
-                                     0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x00000001u, 0x80008000u, 0x00018000u,
-                                     0x00000000u, 0x80000000u, 0x3F800000u, 0xC0490FDBu};
+  std::vector<std::uint32_t> bits = {
+      0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0xFF812345u, 0x7F800000u, 0xFF800000u,
+      0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0x7F7F7FFFu, 0x7F7F0000u, 0xFF7F8001u,
+      0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x00000001u, 0x80008000u, 0x00018000u,
+      0x00000000u, 0x80000000u, 0x3F800000u, 0xC0490FDBu};
   std::mt19937 rng(5);
   for (int i = 0; i < 4093; ++i) bits.push_back(rng());  // odd count: exercises the scalar tail
   std::vector<float> out;
@@ -173,9 +179,9 @@ TEST_CASE("AVX2 bf16 conversions give the scalar conversions' bits") {
   // narrow_store (the end of a reduction) rounds without saturating.
   std::vector<__nv_bfloat16> stored(x.size());
   narrow_store(x.data(), x.size(), stored.data());
-  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(static_cast<__nv_bfloat16_raw>(stored[i]).x == plain[i]);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    REQUIRE(static_cast<__nv_bfloat16_raw>(stored[i]).x == plain[i]);
 }
 #endif
-
 
 TEST_SUITE_END();

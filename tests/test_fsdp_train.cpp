@@ -94,14 +94,15 @@ TEST_CASE("fsdp_train: the model's backward pass matches finite differences") {
   fsdp_train::output_backward(config, params[2].data(), data, acts, 1.0f, grads[2].data(), dh);
   fsdp_train::hidden_backward(config, params[1].data(), data.size, acts, dh, grads[1].data(), dx);
   fsdp_train::embed_backward(config, data, dx, grads[0].data());
-  // Central differences on the entries with the largest gradients of each layer (small ones drown in
-  // float rounding), weights and biases alike.
+  // Central differences on the entries with the largest gradients of each layer (small ones drown
+  // in float rounding), weights and biases alike.
   for (std::size_t l = 0; l < 3; ++l) {
     std::vector<std::size_t> order(params[l].size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + 12, order.end(), [&](std::size_t a, std::size_t b) {
-      return std::abs(grads[l][a]) > std::abs(grads[l][b]);
-    });
+    std::partial_sort(order.begin(), order.begin() + 12, order.end(),
+                      [&](std::size_t a, std::size_t b) {
+                        return std::abs(grads[l][a]) > std::abs(grads[l][b]);
+                      });
     for (std::size_t k = 0; k < 12; ++k) {
       const std::size_t i = order[k];
       const float saved = params[l][i];

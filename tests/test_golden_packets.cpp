@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// Golden packets: small packets of every built-in policy at every bit width, for every element type,
-// compared byte for byte with the hex committed in tests/golden/packets.txt, and the values they
-// decode to, bit for bit. Refactors of the codec must not change a single byte of what goes on the
-// wire (peers running another build would then disagree); a deliberate change of the format bumps
-// the packet version and regenerates the file:
+// Golden packets: small packets of every built-in policy at every bit width, for every element
+// type, compared byte for byte with the hex committed in tests/golden/packets.txt, and the values
+// they decode to, bit for bit. Refactors of the codec must not change a single byte of what goes on
+// the wire (peers running another build would then disagree); a deliberate change of the format
+// bumps the packet version and regenerates the file:
 //
 //   QSDP_WRITE_GOLDEN=tests/golden/packets.txt build/release/tests/qsdp_tests -tc='golden*'
 //
-// The inputs are made from integer hashes, not <random>'s distributions (whose output differs between
-// standard libraries), and cover mixed scales, negative zero, a bucket of equal values, a bucket
-// holding NaN, one holding inf, and a short last bucket; randomized policies encode at a fixed
-// rng_position, so the bytes depend on nothing but the code.
+// The inputs are made from integer hashes, not <random>'s distributions (whose output differs
+// between standard libraries), and cover mixed scales, negative zero, a bucket of equal values, a
+// bucket holding NaN, one holding inf, and a short last bucket; randomized policies encode at a
+// fixed rng_position, so the bytes depend on nothing but the code.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -39,17 +39,21 @@ std::uint32_t mix(std::uint32_t v) {
   return v;
 }
 
-/// `count` values in buckets of `bucket`: bucket 0 mixed scales, bucket 1 all equal, the others hashed
-/// values in [-2, 2), with a negative zero in bucket 2, a NaN in bucket 3 and an inf in bucket 4.
+/// `count` values in buckets of `bucket`: bucket 0 mixed scales, bucket 1 all equal, the others
+/// hashed values in [-2, 2), with a negative zero in bucket 2, a NaN in bucket 3 and an inf in
+/// bucket 4.
 std::vector<float> golden_inputs(std::size_t count, std::size_t bucket) {
   std::vector<float> x(count);
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint32_t h = mix(static_cast<std::uint32_t>(i) * 2654435761U + 12345U);
     const float unit = static_cast<float>(h >> 8) * 0x1p-24f;  // [0, 1), exact
     const std::size_t b = i / bucket;
-    if (b == 0) x[i] = (unit - 0.5f) * static_cast<float>(1u << (h % 12));
-    else if (b == 1) x[i] = 0.375f;
-    else x[i] = 4.0f * unit - 2.0f;
+    if (b == 0)
+      x[i] = (unit - 0.5f) * static_cast<float>(1u << (h % 12));
+    else if (b == 1)
+      x[i] = 0.375f;
+    else
+      x[i] = 4.0f * unit - 2.0f;
   }
   if (count > 2 * bucket + 3) x[2 * bucket + 3] = -0.0f;
   if (count > 3 * bucket + 1) x[3 * bucket + 1] = std::numeric_limits<float>::quiet_NaN();
@@ -77,11 +81,15 @@ constexpr golden_case golden_cases[] = {{70, 16}, {27, 5}};  // short last bucke
 
 template <class T>
 const char* type_name() {
-  if constexpr (std::is_same_v<T, float>) return "float";
-  else if constexpr (std::is_same_v<T, double>) return "double";
+  if constexpr (std::is_same_v<T, float>)
+    return "float";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
 #if QSDP_HAS_CUDA_HALF
-  else if constexpr (std::is_same_v<T, __half>) return "half";
-  else return "bf16";
+  else if constexpr (std::is_same_v<T, __half>)
+    return "half";
+  else
+    return "bf16";
 #endif
 }
 
@@ -93,7 +101,8 @@ void add_entries(std::map<std::string, std::string>& out) {
     auto add = [&](const auto& q, const std::string& policy) {
       using Q = std::remove_cvref_t<decltype(q)>;
       std::vector<std::byte> packet(qsdp::compressed_size<T>(q, x.size()));
-      qsdp::encode(q, x.data(), x.size(), packet.data(), qsdp::rng_position{.call = 3, .stream = 1});
+      qsdp::encode(q, x.data(), x.size(), packet.data(),
+                   qsdp::rng_position{.call = 3, .stream = 1});
       std::vector<T> y(x.size());
       qsdp::decode(q, packet.data(), x.size(), y.data());
       const std::string key = policy + " " + type_name<T>() + " count " + std::to_string(c.count) +

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Faults among in-process ranks (run_local): a rank that throws, returns early, calls differently or
-// is stuck makes every rank end with an error, within the configured timeout, and run_local returns.
-// docs/reliability.md lists these cases; the TSan build runs this file too.
+// Faults among in-process ranks (run_local): a rank that throws, returns early, calls differently
+// or is stuck makes every rank end with an error, within the configured timeout, and run_local
+// returns. docs/reliability.md lists these cases; the TSan build runs this file too.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -31,12 +31,18 @@ enum class fault { throw_before, throw_after, return_early, wrong_count, wrong_p
 
 const char* fault_name(fault f) {
   switch (f) {
-    case fault::throw_before: return "throws before a collective";
-    case fault::throw_after: return "throws right after a collective";
-    case fault::return_early: return "returns early";
-    case fault::wrong_count: return "calls with another count";
-    case fault::wrong_policy: return "calls with another policy";
-    case fault::stall: return "stalls past the timeout";
+    case fault::throw_before:
+      return "throws before a collective";
+    case fault::throw_after:
+      return "throws right after a collective";
+    case fault::return_early:
+      return "returns early";
+    case fault::wrong_count:
+      return "calls with another count";
+    case fault::wrong_policy:
+      return "calls with another policy";
+    case fault::stall:
+      return "stalls past the timeout";
   }
   return "?";
 }
@@ -45,7 +51,8 @@ const char* fault_name(fault f) {
 void training_step(qsdp::local_communicator& comm, std::size_t count, bool other_count,
                    bool other_policy) {
   const auto world = static_cast<std::size_t>(comm.size());
-  std::vector<float> shard(count, 0.5f), full(count * world), grad(count * world, 0.25f), out(count);
+  std::vector<float> shard(count, 0.5f), full(count * world), grad(count * world, 0.25f),
+      out(count);
   const std::size_t n = other_count ? count - 1 : count;
   if (other_policy)
     qsdp::all_gather(comm, qsdp::uniform<4>{.bucket_size = 64}, shard.data(), full.data(), n);
@@ -65,22 +72,23 @@ TEST_CASE("run_local: a stuck rank fails the others after fault_options::timeout
   std::vector<double> released_after;
   std::vector<std::string> messages;
   const auto start = clock_type::now();
-  CHECK_THROWS_WITH_AS(
-      qsdp::run_local(
-          4,
-          [&](qsdp::local_communicator& comm) {
-            if (comm.rank() == 1) std::this_thread::sleep_for(stall);  // stuck in its own work
-            try {
-              training_step(comm, 256, false, false);
-            } catch (const qsdp::error& e) {
-              std::lock_guard lock(mutex);
-              if (comm.rank() != 1) released_after.push_back(seconds_since(start));
-              messages.emplace_back(e.what());
-              throw;
-            }
-          },
-          qsdp::fault_options{.timeout = timeout}),
-      doctest::Contains("did not reach the collective within 300 ms"), qsdp::error);
+  CHECK_THROWS_WITH_AS(qsdp::run_local(
+                           4,
+                           [&](qsdp::local_communicator& comm) {
+                             if (comm.rank() == 1)
+                               std::this_thread::sleep_for(stall);  // stuck in its own work
+                             try {
+                               training_step(comm, 256, false, false);
+                             } catch (const qsdp::error& e) {
+                               std::lock_guard lock(mutex);
+                               if (comm.rank() != 1) released_after.push_back(seconds_since(start));
+                               messages.emplace_back(e.what());
+                               throw;
+                             }
+                           },
+                           qsdp::fault_options{.timeout = timeout}),
+                       doctest::Contains("did not reach the collective within 300 ms"),
+                       qsdp::error);
   REQUIRE(released_after.size() == 3);
   for (double t : released_after) {
     INFO("released after " << t << " s");
@@ -120,7 +128,8 @@ TEST_CASE("run_local: a rank that throws mid-run releases ranks already waiting 
 TEST_CASE("run_local: fault_options out of range are refused with their values") {
   for (long long ms : {-5LL, 24LL * 3600 * 1000 + 1}) {
     INFO(ms);
-    const std::string expected = "qsdp::run_local: fault_options::timeout is " + std::to_string(ms) +
+    const std::string expected = "qsdp::run_local: fault_options::timeout is " +
+                                 std::to_string(ms) +
                                  " ms; expected 0 (no limit) or 1..86400000 ms";
     CHECK_THROWS_WITH_AS(
         qsdp::run_local(
@@ -151,8 +160,10 @@ TEST_CASE("run_local: timeout 0 waits without limit; a timeout is a qsdp::timeou
   CHECK_THROWS_AS(qsdp::run_local(
                       2,
                       [&](qsdp::local_communicator& comm) {
-                        if (comm.rank() == 0) training_step(comm, 64, false, false);
-                        else std::this_thread::sleep_for(milliseconds(300));
+                        if (comm.rank() == 0)
+                          training_step(comm, 64, false, false);
+                        else
+                          std::this_thread::sleep_for(milliseconds(300));
                       },
                       qsdp::fault_options{.timeout = milliseconds(50)}),
                   qsdp::timeout_error);

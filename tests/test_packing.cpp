@@ -18,7 +18,8 @@ std::vector<std::uint8_t> reference_pack(const std::vector<std::uint8_t>& codes,
   std::vector<std::uint8_t> out((codes.size() * bits + 7) / 8, 0);
   for (std::size_t i = 0; i < codes.size(); ++i)
     for (int k = 0; k < bits; ++k)
-      if (codes[i] >> k & 1) out[(i * bits + k) / 8] |= static_cast<std::uint8_t>(1u << ((i * bits + k) % 8));
+      if (codes[i] >> k & 1)
+        out[(i * bits + k) / 8] |= static_cast<std::uint8_t>(1u << ((i * bits + k) % 8));
   return out;
 }
 

@@ -23,8 +23,8 @@ TEST_CASE("philox4x32_10 matches Random123's known-answer vectors") {
   CHECK(ones.v[1] == 0x41c83b0eu);
   CHECK(ones.v[2] == 0xa20bc7c6u);
   CHECK(ones.v[3] == 0x6d5451fdu);
-  const auto pi = philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u,
-                                0x299f31d0u);
+  const auto pi =
+      philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u);
   CHECK(pi.v[0] == 0xd16cfe09u);
   CHECK(pi.v[1] == 0x94fdccebu);
   CHECK(pi.v[2] == 0x5001e420u);

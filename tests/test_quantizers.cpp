@@ -14,15 +14,15 @@ namespace {
 template <class T>
 void check_all_policies_on(const char* type_name) {
   for (distribution d : all_distributions) {
-    for (std::size_t bucket : {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{1000},
-                               std::size_t{1024}}) {
+    for (std::size_t bucket :
+         {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{1000}, std::size_t{1024}}) {
       for (std::size_t n : {std::size_t{1}, std::size_t{1023}, std::size_t{3001}}) {
         const auto x = convert<T>(make_data(d, n, static_cast<std::uint32_t>(n + bucket)));
         for_each_policy(bucket, 11, [&](auto q) {
           const auto y = round_trip(q, x);
           const std::string failure = check_bounds(q, x, y);
-          INFO(std::string(type_name) << " " << describe(q) << " bucket " << bucket << " count " << n
-                                     << " data " << std::string(name(d)));
+          INFO(std::string(type_name) << " " << describe(q) << " bucket " << bucket << " count "
+                                      << n << " data " << std::string(name(d)));
           REQUIRE(failure == "");
         });
       }
@@ -62,8 +62,9 @@ TEST_CASE("round to nearest is as good as its bound claims, not better by accide
 
 namespace {
 
-/// Mean of decode(encode(x)) over `calls` encodes with fresh randomness; returns the largest deviation
-/// from x in units of the standard error allowed by the rounding's variance (<= step^2 / 4).
+/// Mean of decode(encode(x)) over `calls` encodes with fresh randomness; returns the largest
+/// deviation from x in units of the standard error allowed by the rounding's variance (<= step^2 /
+/// 4).
 template <class Q>
 double worst_bias_in_standard_errors(Q q, const std::vector<float>& x, int calls, double step) {
   std::vector<double> sum(x.size(), 0.0);
@@ -112,10 +113,12 @@ TEST_CASE("random_shift is unbiased over its per-bucket offsets") {
 TEST_CASE("the unbiasedness check has power: it flags round-to-nearest") {
   // Same harness, deterministic rounding: the error no longer averages out.
   const auto x = bias_probe();
-  CHECK(worst_bias_in_standard_errors(qsdp::uniform<2>{.bucket_size = 64}, x, 4000, 1.0 / 3) > 20.0);
+  CHECK(worst_bias_in_standard_errors(qsdp::uniform<2>{.bucket_size = 64}, x, 4000, 1.0 / 3) >
+        20.0);
 }
 
-TEST_CASE("randomized policies: same seed and call sequence give the same bytes, the next call others") {
+TEST_CASE(
+    "randomized policies: same seed and call sequence give the same bytes, the next call others") {
   const auto x = make_data(distribution::normal, 5000, 9);
   auto bytes_of = [&](const auto& q) {
     std::vector<std::byte> p(qsdp::compressed_size<float>(q, x.size()));
@@ -193,7 +196,8 @@ void check_paths_agree(const char* type_name) {
 
 }  // namespace
 
-TEST_CASE("the vectorized (AVX2+FMA) and baseline host paths give bit-identical packets and values") {
+TEST_CASE(
+    "the vectorized (AVX2+FMA) and baseline host paths give bit-identical packets and values") {
   INFO("host path: " << qsdp::detail::host_codec_isa());
   check_paths_agree<float>("float");
   check_paths_agree<double>("double");

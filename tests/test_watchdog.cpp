@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The communicators' one blocking wait (qsdp/detail/transport/wait.hpp), driven by fake callbacks: no
-// GPU, no NCCL, no MPI. What nccl_communicator::synchronize does on a dead peer or a rank that never
-// arrives, and what a timed mpi_communicator does on a hung peer, is decided here.
+// The communicators' one blocking wait (qsdp/detail/transport/wait.hpp), driven by fake callbacks:
+// no GPU, no NCCL, no MPI. What nccl_communicator::synchronize does on a dead peer or a rank that
+// never arrives, and what a timed mpi_communicator does on a hung peer, is decided here.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -102,8 +102,9 @@ TEST_CASE("watchdog: work that never completes times out, within the timeout plu
   const auto elapsed = clock_type::now() - start;
   CHECK(elapsed >= 200ms);
   CHECK(elapsed < 200ms + 2s);
-  CHECK(contains(m, "test::wait: timed out: the fake work did not complete within 200 ms "
-                    "(fault_options::timeout; waited "));
+  CHECK(contains(m,
+                 "test::wait: timed out: the fake work did not complete within 200 ms "
+                 "(fault_options::timeout; waited "));
   CHECK(contains(m, " ms): a fake peer hangs; fake communicator aborted"));
   CHECK(contains(m, "; fake communicator aborted"));
   CHECK_FALSE(contains(m, "asynchronous error"));
@@ -115,8 +116,8 @@ TEST_CASE("watchdog: work that never completes times out, within the timeout plu
 TEST_CASE("watchdog: a poll interval longer than the timeout does not extend it") {
   fake_transport t;
   const auto start = clock_type::now();
-  const std::string m = error_of(
-      [&] { t.wait({.timeout = 100ms, .poll_interval = qsdp::max_poll_interval}); });
+  const std::string m =
+      error_of([&] { t.wait({.timeout = 100ms, .poll_interval = qsdp::max_poll_interval}); });
   const auto elapsed = clock_type::now() - start;
   CHECK(contains(m, "timed out"));
   CHECK(elapsed >= 100ms);
@@ -198,10 +199,10 @@ TEST_CASE("watchdog: errors of the polls themselves pass through without an abor
     ++aborts;
     return std::string();
   };
-  CHECK_THROWS_WITH_AS(wait_with([]() -> bool { throw std::runtime_error("event lost"); },
-                                 [] { return std::optional<std::string>(); }, abort,
-                                 {.timeout = 1s}),
-                       "event lost", std::runtime_error);
+  CHECK_THROWS_WITH_AS(
+      wait_with([]() -> bool { throw std::runtime_error("event lost"); },
+                [] { return std::optional<std::string>(); }, abort, {.timeout = 1s}),
+      "event lost", std::runtime_error);
   CHECK(aborts == 0);
 }
 
@@ -220,14 +221,16 @@ TEST_CASE("watchdog: negative or too long settings are refused, naming the value
   fake_transport t{.done_after = 1};
   CHECK(error_of([&] { t.wait({.timeout = -1ms}); }) ==
         "test::wait: fault_options::timeout is -1 ms; expected 0 (no limit) or 1..86400000 ms");
-  CHECK(error_of([&] { t.wait({.timeout = 25h}); }) ==
-        "test::wait: fault_options::timeout is 90000000 ms; expected 0 (no limit) or 1..86400000 ms");
+  CHECK(
+      error_of([&] { t.wait({.timeout = 25h}); }) ==
+      "test::wait: fault_options::timeout is 90000000 ms; expected 0 (no limit) or 1..86400000 ms");
   CHECK(error_of([&] { t.wait({.poll_interval = -5us}); }) ==
         "test::wait: fault_options::poll_interval is -5 us; expected 0..60000000 us (0 polls "
         "continuously)");
-  CHECK(error_of([&] { t.wait({.poll_interval = std::chrono::minutes(2)}); }) ==
-        "test::wait: fault_options::poll_interval is 120000000 us; expected 0..60000000 us (0 polls "
-        "continuously)");
+  CHECK(
+      error_of([&] { t.wait({.poll_interval = std::chrono::minutes(2)}); }) ==
+      "test::wait: fault_options::poll_interval is 120000000 us; expected 0..60000000 us (0 polls "
+      "continuously)");
   CHECK(t.done_polls == 0);  // refused before the first poll
   CHECK_NOTHROW(t.wait({.timeout = 0ms, .poll_interval = 0us}));
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The codec: compressed_size, encode, decode and decode_accumulate, on host memory and (in translation
-// units compiled by nvcc) on device memory with a trailing cudaStream_t. One packet holds one buffer of
-// `count` values; docs/wire-format.md describes every byte of it. Declared and documented here; the
-// host definitions are in detail/host/codec.hpp, the device ones in detail/cuda/device_codec.cuh.
+// The codec: compressed_size, encode, decode and decode_accumulate, on host memory and (in
+// translation units compiled by nvcc) on device memory with a trailing cudaStream_t. One packet
+// holds one buffer of `count` values; docs/wire-format.md describes every byte of it. Declared and
+// documented here; the host definitions are in detail/host/codec.hpp, the device ones in
+// detail/cuda/device_codec.cuh.
 #pragma once
 
 #include <cstddef>
@@ -19,25 +20,26 @@
 
 namespace qsdp {
 
-/// An explicit position in a randomized policy's stream: `call` replaces the policy's own call counter
-/// and `stream` (< 2^31) separates independent encoders that share a seed (the collectives pass the
-/// rank). Encoding the same data with the same seed and position gives the same bytes.
+/// An explicit position in a randomized policy's stream: `call` replaces the policy's own call
+/// counter and `stream` (< 2^31) separates independent encoders that share a seed (the collectives
+/// pass the rank). Encoding the same data with the same seed and position gives the same bytes.
 struct rng_position {
   std::uint64_t call = 0;
   std::uint32_t stream = 0;
 };
 
-// ---- Host buffers ----------------------------------------------------------------------------------
-// Element types: float, double, __half, __nv_bfloat16. Pointers may sit at any byte offset. Errors
-// (null pointers with count > 0, bucket_size 0, a header that does not match) throw qsdp::error naming
-// the argument, its value and what was expected.
+// ---- Host buffers
+// ---------------------------------------------------------------------------------- Element types:
+// float, double, __half, __nv_bfloat16. Pointers may sit at any byte offset. Errors (null pointers
+// with count > 0, bucket_size 0, a header that does not match) throw qsdp::error naming the
+// argument, its value and what was expected.
 
 /// Bytes of one packet holding `count` values of T encoded with policy q (a multiple of 16).
 template <class T, class Q>
 std::size_t compressed_size(const Q& q, std::size_t count);
 
-/// Encodes src[0, count) into `packet`, which must hold compressed_size<T>(q, count) bytes. A randomized
-/// policy takes its next call index from q.calls, so every call draws fresh numbers.
+/// Encodes src[0, count) into `packet`, which must hold compressed_size<T>(q, count) bytes. A
+/// randomized policy takes its next call index from q.calls, so every call draws fresh numbers.
 template <class Q, class T>
 void encode(const Q& q, const T* src, std::size_t count, std::byte* packet);
 
@@ -49,8 +51,8 @@ void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_
 template <class Q, class T>
 void encode(const Q& q, std::span<const T> src, std::span<std::byte> packet);
 
-/// Decodes a packet of `count` values into dst. The header is checked against q and count; a mismatch
-/// throws qsdp::error naming both values. Buckets that held NaN or inf decode to NaN.
+/// Decodes a packet of `count` values into dst. The header is checked against q and count; a
+/// mismatch throws qsdp::error naming both values. Buckets that held NaN or inf decode to NaN.
 template <class Q, class T>
 void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst);
 
@@ -62,14 +64,16 @@ void decode(const Q& q, std::span<const std::byte> packet, std::span<T> dst);
 template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packet, std::size_t count, float* acc);
 
-/// acc[i] += decoded value i, for a packet of acc.size() values, with the packet buffer's size checked
-/// too: a truncated packet, or a header that claims more than the buffer holds, throws qsdp::error.
+/// acc[i] += decoded value i, for a packet of acc.size() values, with the packet buffer's size
+/// checked too: a truncated packet, or a header that claims more than the buffer holds, throws
+/// qsdp::error.
 template <class Q>
 void decode_accumulate(const Q& q, std::span<const std::byte> packet, std::span<float> acc);
 
-/// acc[i] += the sum over packets of decoded value i, for `packet_count` packets of `count` values each,
-/// stored back to back (as all_to_all_bytes delivers them). Works through the output in L1-sized chunks,
-/// reading each packet's chunk once and keeping the accumulator in cache; the sum runs in packet order.
+/// acc[i] += the sum over packets of decoded value i, for `packet_count` packets of `count` values
+/// each, stored back to back (as all_to_all_bytes delivers them). Works through the output in
+/// L1-sized chunks, reading each packet's chunk once and keeping the accumulator in cache; the sum
+/// runs in packet order.
 template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_count,
                        std::size_t count, float* acc);
@@ -88,11 +92,11 @@ T from_float(float value);
 inline const char* host_codec_isa();
 
 #if defined(__CUDACC__)
-// ---- Device buffers (translation units compiled by nvcc) ------------------------------------------
-// float, __half or __nv_bfloat16 in device memory of the stream's device. Calls are stream-ordered and
-// never synchronise. A bad packet header is found by the decoding kernel itself: its values come out as
-// NaN and the failure is reported by synchronize_and_check(stream), or by the next device codec call on
-// that device.
+// ---- Device buffers (translation units compiled by nvcc)
+// ------------------------------------------ float, __half or __nv_bfloat16 in device memory of the
+// stream's device. Calls are stream-ordered and never synchronise. A bad packet header is found by
+// the decoding kernel itself: its values come out as NaN and the failure is reported by
+// synchronize_and_check(stream), or by the next device codec call on that device.
 
 /// Device encode at an explicit position of the random stream.
 template <class Q, class T>
@@ -103,14 +107,15 @@ void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_
 template <class Q, class T>
 void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, cudaStream_t stream);
 
-/// Device decode of one packet of `count` values into dst. Buckets that held NaN or inf decode to NaN;
-/// a packet whose header does not match q and count decodes to NaN and the mismatch is reported by
-/// synchronize_and_check (or the next device codec call).
+/// Device decode of one packet of `count` values into dst. Buckets that held NaN or inf decode to
+/// NaN; a packet whose header does not match q and count decodes to NaN and the mismatch is
+/// reported by synchronize_and_check (or the next device codec call).
 template <class Q, class T>
 void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst, cudaStream_t stream);
 
 /// Device decode-accumulate: acc[i] += the sum over packets of value i, in packet order, for
-/// `packet_count` packets of `count` values stored back to back (as all_to_all_bytes delivers them).
+/// `packet_count` packets of `count` values stored back to back (as all_to_all_bytes delivers
+/// them).
 template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_count,
                        std::size_t count, float* acc, cudaStream_t stream);

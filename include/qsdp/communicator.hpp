@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Communicators: what the collectives need from a transport, and the in-process one (ranks as threads).
-// A communicator moves bytes and never quantizes; the collectives (collectives.hpp) never move bytes
-// themselves.
+// Communicators: what the collectives need from a transport, and the in-process one (ranks as
+// threads). A communicator moves bytes and never quantizes; the collectives (collectives.hpp) never
+// move bytes themselves.
 #pragma once
 
 #include <algorithm>
@@ -30,8 +30,8 @@ namespace qsdp {
 enum class memory_space { host, device };
 
 /// Scratch memory a communicator owns for the collectives: grows when a larger call arrives and is
-/// reused otherwise, so steady-state calls allocate nothing. `growths()` counts reallocations (tests
-/// use it to prove reuse).
+/// reused otherwise, so steady-state calls allocate nothing. `growths()` counts reallocations
+/// (tests use it to prove reuse).
 class host_workspace {
  public:
   /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
@@ -56,13 +56,15 @@ class host_workspace {
 
 /// What the collectives need from a transport (see README "Communicators"):
 ///   rank(), size()                       this rank and the number of ranks
-///   all_gather_bytes(send, recv, n)      every rank contributes n bytes; recv holds size() * n bytes,
+///   all_gather_bytes(send, recv, n)      every rank contributes n bytes; recv holds size() * n
+///   bytes,
 ///                                        rank r's block at offset r * n
 ///   all_to_all_bytes(send, recv, n)      send holds size() blocks of n bytes, block j for rank j;
 ///                                        recv gets block i from rank i at offset i * n
 ///   workspace()                          scratch owned by the communicator, reused across calls
 ///   next_call()                          a per-communicator call counter: every rank calls the
-///                                        collectives in the same order, so indices agree across ranks
+///                                        collectives in the same order, so indices agree across
+///                                        ranks
 ///   memory                               memory_space of the buffers it moves
 /// Every call is collective: all ranks make it, in the same order, with the same n.
 template <class C>
@@ -76,42 +78,44 @@ concept communicator = requires(C& c, const std::byte* send, std::byte* recv, st
   { C::memory } -> std::convertible_to<memory_space>;
 };
 
-/// How a communicator waits for its peers and what it does when one fails: the same options for every
-/// transport (run_local, run_local_cuda, mpi_communicator, nccl_communicator; docs/reliability.md).
+/// How a communicator waits for its peers and what it does when one fails: the same options for
+/// every transport (run_local, run_local_cuda, mpi_communicator, nccl_communicator;
+/// docs/reliability.md).
 struct fault_options {
-  /// The longest wait for the other ranks: one collective exchange (in-process, MPI) or one blocking
-  /// wait on the host (NCCL: synchronize(), the first call of a new signature). Unset: the transport's
-  /// default (run_local 60 s, MPI no limit with blocking calls, NCCL 10 min). 0: no limit. Otherwise
-  /// 1 ms .. 24 h, well above the slowest legitimate wait: a rank that is late because it writes a
-  /// checkpoint looks exactly like a hung one. Every rank should pass the same value (for MPI it
-  /// must: a limit makes every call non-blocking, and MPI never matches a blocking collective with a
-  /// non-blocking one).
+  /// The longest wait for the other ranks: one collective exchange (in-process, MPI) or one
+  /// blocking wait on the host (NCCL: synchronize(), the first call of a new signature). Unset: the
+  /// transport's default (run_local 60 s, MPI no limit with blocking calls, NCCL 10 min). 0: no
+  /// limit. Otherwise 1 ms .. 24 h, well above the slowest legitimate wait: a rank that is late
+  /// because it writes a checkpoint looks exactly like a hung one. Every rank should pass the same
+  /// value (for MPI it must: a limit makes every call non-blocking, and MPI never matches a
+  /// blocking collective with a non-blocking one).
   std::optional<std::chrono::milliseconds> timeout{};
   /// Longest sleep between two polls of a waiting MPI or NCCL call, 0 (poll continuously) to 1 min.
   /// The first sleeps are shorter (1 us, doubling), so a wait that ends soon is not charged a whole
   /// interval; 100 us costs a waiting host thread about 1 % of a core.
   std::chrono::microseconds poll_interval{100};
   /// On a timeout or a transport's asynchronous error: true (the default) aborts first -- MPI_Abort
-  /// ends the MPI job, ncclCommAbort frees the NCCL communicator -- then throws; false throws without
-  /// aborting (qsdp::timeout_error for a timeout) and leaves the communicator unusable, for a caller
-  /// that logs or saves what it needs before ending the job itself. In-process ranks are threads of
-  /// one process: a failing rank always releases the others, whatever this says.
+  /// ends the MPI job, ncclCommAbort frees the NCCL communicator -- then throws; false throws
+  /// without aborting (qsdp::timeout_error for a timeout) and leaves the communicator unusable, for
+  /// a caller that logs or saves what it needs before ending the job itself. In-process ranks are
+  /// threads of one process: a failing rank always releases the others, whatever this says.
   bool abort_on_failure = true;
 };
 
 /// The longest fault_options::timeout: one day (more buys nothing over 0, no limit).
 inline constexpr std::chrono::milliseconds max_fault_timeout = std::chrono::hours(24);
-/// The longest fault_options::poll_interval: a longer sleep would leave a dead peer unnoticed as long.
+/// The longest fault_options::poll_interval: a longer sleep would leave a dead peer unnoticed as
+/// long.
 inline constexpr std::chrono::microseconds max_poll_interval = std::chrono::minutes(1);
 
 namespace detail {
 
 /// Throws a qsdp::error naming the option and its value when one is out of range.
 inline void check_fault_options(const fault_options& options, const char* where) {
-  if (options.timeout &&
-      (options.timeout->count() < 0 || *options.timeout > max_fault_timeout))
+  if (options.timeout && (options.timeout->count() < 0 || *options.timeout > max_fault_timeout))
     throw qsdp::error(std::string(where) + ": fault_options::timeout is " +
-                      std::to_string(options.timeout->count()) + " ms; expected 0 (no limit) or 1.." +
+                      std::to_string(options.timeout->count()) +
+                      " ms; expected 0 (no limit) or 1.." +
                       std::to_string(max_fault_timeout.count()) + " ms");
   if (options.poll_interval.count() < 0 || options.poll_interval > max_poll_interval)
     throw qsdp::error(std::string(where) + ": fault_options::poll_interval is " +
@@ -178,9 +182,9 @@ class local_communicator : public detail::in_process_rank<detail::local_world> {
 
 static_assert(communicator<local_communicator>);
 
-/// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others are
-/// released from any collective with a qsdp::error and the first rank's exception is rethrown here; a
-/// rank that returns while others still wait in a collective releases them the same way.
+/// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others
+/// are released from any collective with a qsdp::error and the first rank's exception is rethrown
+/// here; a rank that returns while others still wait in a collective releases them the same way.
 template <class Fn>
 void run_local(int world, Fn&& fn, fault_options options = {}) {
   detail::local_world shared(

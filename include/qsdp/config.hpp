@@ -12,8 +12,8 @@
 #define QSDP_VERSION_MINOR 1
 #define QSDP_VERSION_PATCH 0
 
-// Functions shared by the host codec and the CUDA kernels carry QSDP_HOST_DEVICE, so that both sides run
-// the very same per-element arithmetic and produce bit-identical packets.
+// Functions shared by the host codec and the CUDA kernels carry QSDP_HOST_DEVICE, so that both
+// sides run the very same per-element arithmetic and produce bit-identical packets.
 #if defined(__CUDACC__)
 #define QSDP_HOST_DEVICE __host__ __device__
 #else
@@ -26,8 +26,9 @@
 #define QSDP_FORCE_INLINE inline
 #endif
 
-// __half and __nv_bfloat16 come from the CUDA toolkit's headers, which work on the host without nvcc.
-// When they are not on the include path, qsdp still builds; only those two element types are missing.
+// __half and __nv_bfloat16 come from the CUDA toolkit's headers, which work on the host without
+// nvcc. When they are not on the include path, qsdp still builds; only those two element types are
+// missing.
 #if !defined(QSDP_HAS_CUDA_HALF)
 #if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
 #define QSDP_HAS_CUDA_HALF 1
@@ -43,8 +44,8 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace detail {
 
-/// std::bit_cast for code shared with the GPU: std::bit_cast is a host function to nvcc, the builtin
-/// behind it works on both sides (g++, clang and nvcc all provide it).
+/// std::bit_cast for code shared with the GPU: std::bit_cast is a host function to nvcc, the
+/// builtin behind it works on both sides (g++, clang and nvcc all provide it).
 template <class To, class From>
 QSDP_HOST_DEVICE constexpr To bit_cast(const From& value) noexcept {
   static_assert(sizeof(To) == sizeof(From), "bit_cast needs types of the same size");

@@ -22,7 +22,6 @@
 
 namespace qsdp {
 
-
 /// One rank of a run_local_cuda world. Buffers are device memory of the world's GPU.
 class cuda_local_communicator : public detail::in_process_rank<detail::cuda_local_world> {
  public:

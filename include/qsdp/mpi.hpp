@@ -1,38 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The MPI transport: qsdp::mpi_communicator, a qsdp::communicator over an MPI_Comm that the caller owns
-// (qsdp never duplicates, frees or reconfigures it). Host memory only; link MPI yourself (CMake:
-// MPI::MPI_CXX or MPI::MPI_C), qsdp::qsdp does not.
+// The MPI transport: qsdp::mpi_communicator, a qsdp::communicator over an MPI_Comm that the caller
+// owns (qsdp never duplicates, frees or reconfigures it). Host memory only; link MPI yourself
+// (CMake: MPI::MPI_CXX or MPI::MPI_C), qsdp::qsdp does not.
 //
-// Errors. Every MPI return code is checked and a failure becomes a qsdp::error naming the MPI call and
-// MPI's own message. But MPI only returns errors when the communicator's error handler is
-// MPI_ERRORS_RETURN: under the default, MPI_ERRORS_ARE_FATAL, MPI aborts the job inside the failing call,
-// before qsdp can report anything. qsdp does not change the handler behind your back (it is your
-// communicator, and other code may rely on the handler); call
+// Errors. Every MPI return code is checked and a failure becomes a qsdp::error naming the MPI call
+// and MPI's own message. But MPI only returns errors when the communicator's error handler is
+// MPI_ERRORS_RETURN: under the default, MPI_ERRORS_ARE_FATAL, MPI aborts the job inside the failing
+// call, before qsdp can report anything. qsdp does not change the handler behind your back (it is
+// your communicator, and other code may rely on the handler); call
 //     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-// yourself to get exceptions. The datatype calls (MPI_Type_*) belong to no communicator; MPI 3.1 raises
-// their errors on MPI_COMM_WORLD's handler (MPI 4.0: MPI_COMM_SELF's).
+// yourself to get exceptions. The datatype calls (MPI_Type_*) belong to no communicator; MPI 3.1
+// raises their errors on MPI_COMM_WORLD's handler (MPI 4.0: MPI_COMM_SELF's).
 //
-// Faults: a rank that dies, hangs or skips a collective. A collective completes only when every rank
-// joins it, so one failing rank leaves the others waiting inside MPI, where qsdp cannot see them.
-//   - A rank that dies is handled by the launcher, not by qsdp: Open MPI's mpirun kills the whole job,
+// Faults: a rank that dies, hangs or skips a collective. A collective completes only when every
+// rank joins it, so one failing rank leaves the others waiting inside MPI, where qsdp cannot see
+// them.
+//   - A rank that dies is handled by the launcher, not by qsdp: Open MPI's mpirun kills the whole
+//   job,
 //     and exits non-zero, when a process ends on a signal (abort, segfault), exits without
 //     MPI_Finalize (whatever its status), or calls MPI_Abort. An exception thrown on one rank (a
 //     qsdp::error for a bad argument, say) is such a death only if it leaves main; catch it there,
 //     print it and call MPI_Abort(MPI_COMM_WORLD, code): the other ranks, already waiting in the
 //     collective, are then killed too instead of waiting for a rank that will never come.
-//   - A rank that hangs (a deadlock, a stuck file system), or that skips a collective or returns early
+//   - A rank that hangs (a deadlock, a stuck file system), or that skips a collective or returns
+//   early
 //     and then waits in MPI_Finalize, kills nothing: the job hangs forever. fault_options::timeout
 //     bounds the wait: each MPI call of a collective then runs non-blocking (MPI_Iallgather,
-//     MPI_Ialltoall) and is polled until it completes or the timeout passes; at the timeout this rank
-//     names itself, the call, the byte count and the timeout on stderr and calls MPI_Abort (or throws
-//     qsdp::timeout_error; see fault_options::abort_on_failure), and the launcher ends the job.
-//     Timeout 0 (the default) keeps the blocking calls, with no overhead. Every rank of a
+//     MPI_Ialltoall) and is polled until it completes or the timeout passes; at the timeout this
+//     rank names itself, the call, the byte count and the timeout on stderr and calls MPI_Abort (or
+//     throws qsdp::timeout_error; see fault_options::abort_on_failure), and the launcher ends the
+//     job. Timeout 0 (the default) keeps the blocking calls, with no overhead. Every rank of a
 //     communicator must use the same setting, zero or not: MPI never matches a blocking collective
 //     with a non-blocking one, so mixed ranks would wait for each other forever.
 #pragma once
 
-// First: some MPI C++ bindings (old MPICH) clash with <cstdio>'s SEEK_* macros when included after it.
+// First: some MPI C++ bindings (old MPICH) clash with <cstdio>'s SEEK_* macros when included after
+// it.
 #include <mpi.h>
 
 #include <cstddef>
@@ -46,24 +50,25 @@
 
 namespace qsdp {
 
-
 /// One rank of an MPI communicator. Non-owning: `comm` must outlive this object, and MPI must stay
-/// initialized while it is used. Host memory (a CUDA-aware MPI could move device buffers, but qsdp does
-/// not assume one). Not copyable: a copy would start its own call counter and workspace, and the
-/// counters of the ranks would no longer agree; move it or pass it by reference.
+/// initialized while it is used. Host memory (a CUDA-aware MPI could move device buffers, but qsdp
+/// does not assume one). Not copyable: a copy would start its own call counter and workspace, and
+/// the counters of the ranks would no longer agree; move it or pass it by reference.
 ///
-/// Like any MPI collective, every call must be made by all ranks of `comm`, in the same order, with the
-/// same n; argument errors (null buffers, overlap) are thrown on the rank that made them, before MPI is
-/// called, so the other ranks then wait in the collective: catch the error, print it and call MPI_Abort,
-/// or give every rank a timeout (fault_options). Use one thread per communicator at a time.
+/// Like any MPI collective, every call must be made by all ranks of `comm`, in the same order, with
+/// the same n; argument errors (null buffers, overlap) are thrown on the rank that made them,
+/// before MPI is called, so the other ranks then wait in the collective: catch the error, print it
+/// and call MPI_Abort, or give every rank a timeout (fault_options). Use one thread per
+/// communicator at a time.
 class mpi_communicator {
  public:
   static constexpr memory_space memory = memory_space::host;
 
-  /// Throws qsdp::error when MPI is not initialized (or already finalized), when comm is MPI_COMM_NULL
-  /// or an intercommunicator (whose collectives exchange between two groups, not among all ranks), or
-  /// when an option is out of range (fault_options). Does not touch comm's error handler (see the
-  /// top of this file). Every rank of comm must pass the same options.timeout, zero or not.
+  /// Throws qsdp::error when MPI is not initialized (or already finalized), when comm is
+  /// MPI_COMM_NULL or an intercommunicator (whose collectives exchange between two groups, not
+  /// among all ranks), or when an option is out of range (fault_options). Does not touch comm's
+  /// error handler (see the top of this file). Every rank of comm must pass the same
+  /// options.timeout, zero or not.
   explicit mpi_communicator(MPI_Comm comm, fault_options options = {})
       : comm_(detail::mpi_intracommunicator(comm, options, "qsdp::mpi_communicator")),
         options_(options) {
@@ -92,28 +97,30 @@ class mpi_communicator {
   /// including 0 and more than INT_MAX. send may be recv + rank() * n (in place).
   ///
   /// With a timeout and abort_on_failure = false, a timed-out call throws qsdp::timeout_error but
-  /// stays pending inside MPI, which may still read send and write recv at any later time: they must
-  /// never be freed or reused (the collectives pass workspace() memory, which this class then keeps
-  /// forever), and the job must end with MPI_Abort.
+  /// stays pending inside MPI, which may still read send and write recv at any later time: they
+  /// must never be freed or reused (the collectives pass workspace() memory, which this class then
+  /// keeps forever), and the job must end with MPI_Abort.
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     constexpr const char* where = "qsdp::mpi_communicator::all_gather_bytes";
     throw_if_unusable(where);
     try {
-      detail::mpi_all_gather_bytes(comm_, rank_, size_, send, recv, n, detail::mpi_max_chunk_bytes, options_);
+      detail::mpi_all_gather_bytes(comm_, rank_, size_, send, recv, n, detail::mpi_max_chunk_bytes,
+                                   options_);
     } catch (const timeout_error& e) {
       become_unusable(e.what());
       throw;
     }
   }
 
-  /// send holds size() blocks of n bytes, block j for rank j; recv gets rank i's block at offset i * n.
-  /// Any n, including 0 and more than INT_MAX. send and recv must not overlap. A timed-out call:
-  /// as all_gather_bytes.
+  /// send holds size() blocks of n bytes, block j for rank j; recv gets rank i's block at offset i
+  /// * n. Any n, including 0 and more than INT_MAX. send and recv must not overlap. A timed-out
+  /// call: as all_gather_bytes.
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     constexpr const char* where = "qsdp::mpi_communicator::all_to_all_bytes";
     throw_if_unusable(where);
     try {
-      detail::mpi_all_to_all_bytes(comm_, size_, send, recv, n, detail::mpi_max_chunk_bytes, options_);
+      detail::mpi_all_to_all_bytes(comm_, size_, send, recv, n, detail::mpi_max_chunk_bytes,
+                                   options_);
     } catch (const timeout_error& e) {
       become_unusable(e.what());
       throw;
@@ -123,14 +130,16 @@ class mpi_communicator {
  private:
   void throw_if_unusable(const char* where) const {
     if (!unusable_because_.empty())
-      throw qsdp::error(std::string(where) + ": this communicator is unusable since an earlier exchange timed "
-                        "out; end the job with MPI_Abort. The earlier error: " + unusable_because_);
+      throw qsdp::error(std::string(where) +
+                        ": this communicator is unusable since an earlier exchange timed "
+                        "out; end the job with MPI_Abort. The earlier error: " +
+                        unusable_because_);
   }
 
-  /// After a timeout in throw mode. The pending MPI call may write into the workspace (the collectives'
-  /// packets live there), so the workspace moves to mpi_abandoned_calls, never to be freed, and this
-  /// object continues with an empty one: a later workspace().get() that grows must not free memory
-  /// under MPI either.
+  /// After a timeout in throw mode. The pending MPI call may write into the workspace (the
+  /// collectives' packets live there), so the workspace moves to mpi_abandoned_calls, never to be
+  /// freed, and this object continues with an empty one: a later workspace().get() that grows must
+  /// not free memory under MPI either.
   void become_unusable(const char* reason) {
     unusable_because_ = reason;
     detail::mpi_abandoned_calls& abandoned = detail::mpi_abandoned_calls::get();

@@ -24,8 +24,8 @@
 //   ncclCommAbort freed the ncclComm_t, so the caller, who still holds it, must neither use nor
 //   ncclCommDestroy it again; rank(), size() and device() keep answering.
 // The one wait the device collectives make themselves (the first call of a new signature checks on
-// the host that all ranks agree) goes through synchronize(), so it is watched too; otherwise nothing
-// waits on the host: call synchronize() where the training loop waits for its step.
+// the host that all ranks agree) goes through synchronize(), so it is watched too; otherwise
+// nothing waits on the host: call synchronize() where the training loop waits for its step.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,10 +47,9 @@
 
 namespace qsdp {
 
-
-/// nccl_communicator's default fault_options::timeout: 10 minutes, PyTorch's NCCL default: longer than
-/// a first call that opens connections, or a rank held up by a checkpoint or its data loader, yet a
-/// rank that never arrives ends the job in minutes rather than holding its machines until the
+/// nccl_communicator's default fault_options::timeout: 10 minutes, PyTorch's NCCL default: longer
+/// than a first call that opens connections, or a rank held up by a checkpoint or its data loader,
+/// yet a rank that never arrives ends the job in minutes rather than holding its machines until the
 /// scheduler's wall-clock limit.
 inline constexpr std::chrono::milliseconds nccl_default_timeout = std::chrono::minutes(10);
 
@@ -168,7 +167,8 @@ class nccl_communicator {
     detail::wait_until_done(
         done, [&] { return describe_async_error(where); },
         [&](const std::string& failure) { return abort_communicator(failure); }, options_,
-        timeout(), {.where = where, .what = "the work queued on the stream", .usual_cause = hang_cause});
+        timeout(),
+        {.where = where, .what = "the work queued on the stream", .usual_cause = hang_cause});
     state_.failures.poll(where, "the packet from rank");  // the kernels have all finished now
   }
 
@@ -233,12 +233,13 @@ class nccl_communicator {
   /// Polls until a non-blocking communicator has finished its pending initialisation or enqueue
   /// (returns at once for a blocking one), watched like synchronize().
   void wait_while_in_progress(const char* where) {
-    detail::wait_until_done(
-        [&] { return async_state(where) != ncclInProgress; },
-        [&] { return describe_async_error(where); },
-        [&](const std::string& failure) { return abort_communicator(failure); }, options_,
-        timeout(),
-        {.where = where, .what = "NCCL's pending initialisation or enqueue", .usual_cause = hang_cause});
+    detail::wait_until_done([&] { return async_state(where) != ncclInProgress; },
+                            [&] { return describe_async_error(where); },
+                            [&](const std::string& failure) { return abort_communicator(failure); },
+                            options_, timeout(),
+                            {.where = where,
+                             .what = "NCCL's pending initialisation or enqueue",
+                             .usual_cause = hang_cause});
   }
 
   /// Calls ncclCommAbort and forgets the handle, which it frees; returns the note for the message.

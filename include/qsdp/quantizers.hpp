@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Quantizer policies: small value types that say how one bucket of values becomes codes and back.
-// A policy never loops, allocates or communicates; the codec (codec.hpp) computes bucket statistics,
-// draws random numbers, packs codes and handles tails and non-finite values, and runs the very same
-// policy functions on the host and (with nvcc) on the GPU.
+// A policy never loops, allocates or communicates; the codec (codec.hpp) computes bucket
+// statistics, draws random numbers, packs codes and handles tails and non-finite values, and runs
+// the very same policy functions on the host and (with nvcc) on the GPU.
 //
-// Each built-in policy states its arithmetic once, as two affine grids per bucket (detail/codec/grid.hpp):
-// code_grid_for(meta) says where the codes sit and how values round onto them, value_grid_for(meta) what
-// each code stands for. encode and decode evaluate those grids; the CUDA kernels run encode and decode,
-// and the host's AVX2 loops evaluate the same grids lane by lane, so no path can drift from another.
+// Each built-in policy states its arithmetic once, as two affine grids per bucket
+// (detail/codec/grid.hpp): code_grid_for(meta) says where the codes sit and how values round onto
+// them, value_grid_for(meta) what each code stands for. encode and decode evaluate those grids; the
+// CUDA kernels run encode and decode, and the host's AVX2 loops evaluate the same grids lane by
+// lane, so no path can drift from another.
 #pragma once
 
 #include <atomic>
@@ -26,17 +27,17 @@ namespace qsdp {
 
 /// What the codec tells a policy about one bucket (finite values only; see codec.hpp for the rest).
 struct bucket_stats {
-  float min = 0.0f;      ///< smallest value of the bucket
-  float max = 0.0f;      ///< largest value
-  float abs_max = 0.0f;  ///< max(|min|, |max|)
-  std::size_t count = 0; ///< values in the bucket (the last bucket may be short)
-  float u = 0.0f;        ///< U[0,1) draw for this bucket when the policy sets randomized_buckets
+  float min = 0.0f;       ///< smallest value of the bucket
+  float max = 0.0f;       ///< largest value
+  float abs_max = 0.0f;   ///< max(|min|, |max|)
+  std::size_t count = 0;  ///< values in the bucket (the last bucket may be short)
+  float u = 0.0f;         ///< U[0,1) draw for this bucket when the policy sets randomized_buckets
 };
 
-/// Call index of a randomized policy: every encode through the policy object takes the next index, so
-/// each call draws fresh random numbers, and a run is reproducible from the seed and the call sequence.
-/// Copies carry the current index; advancing is atomic, so sharing one policy between threads is safe
-/// (though then the order of calls between threads decides who gets which index).
+/// Call index of a randomized policy: every encode through the policy object takes the next index,
+/// so each call draws fresh random numbers, and a run is reproducible from the seed and the call
+/// sequence. Copies carry the current index; advancing is atomic, so sharing one policy between
+/// threads is safe (though then the order of calls between threads decides who gets which index).
 class call_counter {
  public:
   call_counter() noexcept = default;
@@ -62,30 +63,30 @@ class call_counter {
 // Built-in policies. Error bounds (plus float rounding), with L = 2^B - 1:
 //   uniform<B>       |x - q(x)| <= (max - min) / L / 2               round to nearest
 //   stochastic<B>    |x - q(x)| <  (max - min) / L,  E[q(x)] = x     unbiased stochastic rounding
-//   symmetric<B>     |x - q(x)| <= abs_max / C / 2, C = 2^(B-1) - 1  (B = 1: sign * abs_max, <= abs_max)
-//   random_shift<B>  |x - q(x)| <= (max - min) / (L - 1) / 2, E[q(x)] = x   grid shifted per bucket
-//   identity         exact (values sent as they are)
+//   symmetric<B>     |x - q(x)| <= abs_max / C / 2, C = 2^(B-1) - 1  (B = 1: sign * abs_max, <=
+//   abs_max) random_shift<B>  |x - q(x)| <= (max - min) / (L - 1) / 2, E[q(x)] = x   grid shifted
+//   per bucket identity         exact (values sent as they are)
 // ---------------------------------------------------------------------------------------------------
 
-// What every built-in policy B-bit template says of itself: the widths it takes (a compile error names
-// the rule), its bits, whether it draws per value, its wire id and its name.
-#define QSDP_DETAIL_BUILTIN_POLICY(policy_name, id, lowest_bits, draws_per_value)               \
-  static_assert(B >= lowest_bits && B <= 8,                                                     \
-                "qsdp::" policy_name "<B>: B (bits per value) must be " #lowest_bits "..8");     \
-  static constexpr int bits = B;                                                                \
-  static constexpr bool randomized = draws_per_value;                                           \
-  static constexpr std::uint8_t wire_id = id;                                                   \
+// What every built-in policy B-bit template says of itself: the widths it takes (a compile error
+// names the rule), its bits, whether it draws per value, its wire id and its name.
+#define QSDP_DETAIL_BUILTIN_POLICY(policy_name, id, lowest_bits, draws_per_value)            \
+  static_assert(B >= lowest_bits && B <= 8,                                                  \
+                "qsdp::" policy_name "<B>: B (bits per value) must be " #lowest_bits "..8"); \
+  static constexpr int bits = B;                                                             \
+  static constexpr bool randomized = draws_per_value;                                        \
+  static constexpr std::uint8_t wire_id = id;                                                \
   static constexpr const char* name = policy_name;
 
 // A built-in policy's encode and decode evaluate its grids (code_grid_for, value_grid_for), and
-// nothing else: the one definition of the four built-ins' members, which are aggregates (a base class
-// would make their designated initializers warn under -Wextra).
-#define QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS                                                   \
-  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {        \
-    return detail::grid_code<randomized>(code_grid_for(m), x, u);                            \
-  }                                                                                          \
-  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {              \
-    return static_cast<float>(detail::grid_value(value_grid_for(m), code));                  \
+// nothing else: the one definition of the four built-ins' members, which are aggregates (a base
+// class would make their designated initializers warn under -Wextra).
+#define QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS                                            \
+  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const { \
+    return detail::grid_code<randomized>(code_grid_for(m), x, u);                     \
+  }                                                                                   \
+  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {       \
+    return static_cast<float>(detail::grid_value(value_grid_for(m), code));           \
   }
 
 /// Asymmetric min/max quantization, round to nearest. Metadata: min and max (2 floats per bucket).
@@ -152,21 +153,22 @@ struct symmetric {
     return {0.0, abs_max > 0.0f ? center / static_cast<double>(abs_max) : 0.0, center + 0.5,
             2.0 * center};
   }
-  // (code - center) * step is within a double ulp of [-abs_max, abs_max]: rounds to float inside it.
-  // A product, not an fma with base 0, so that a result that rounds to -0 stays -0.
+  // (code - center) * step is within a double ulp of [-abs_max, abs_max]: rounds to float inside
+  // it. A product, not an fma with base 0, so that a result that rounds to -0 stays -0.
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& abs_max) const {
     return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
 
-/// QSDP's weight quantizer: a uniform grid of step (max - min) / (2^B - 2) shifted by a random offset per
-/// bucket, round to nearest (subtractive dithering). Unbiased over the offset, error at most half a step.
-/// The grid reaches one step below min, so B >= 2. Metadata: min, max, offset (3 floats per bucket).
+/// QSDP's weight quantizer: a uniform grid of step (max - min) / (2^B - 2) shifted by a random
+/// offset per bucket, round to nearest (subtractive dithering). Unbiased over the offset, error at
+/// most half a step. The grid reaches one step below min, so B >= 2. Metadata: min, max, offset (3
+/// floats per bucket).
 template <int B>
 struct random_shift {
   QSDP_DETAIL_BUILTIN_POLICY("random_shift", 4, 2, false)  // no per-element draw ...
-  static constexpr bool randomized_buckets = true;           // ... but one per bucket, in bucket_stats::u
+  static constexpr bool randomized_buckets = true;  // ... but one per bucket, in bucket_stats::u
   static constexpr double intervals = double((1u << B) - 2u);
 
   std::size_t bucket_size = 1024;
@@ -175,16 +177,17 @@ struct random_shift {
 
   using meta_type = detail::shifted_range_meta;
   QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const { return {s.min, s.max, s.u}; }
-  // Grid point k sits at min + (k - 1 + shift) * step, k = 0 .. 2^B - 1: the first is below min and the
-  // last above max for every shift in [0, 1), so rounding to the nearest point never has to clamp.
+  // Grid point k sits at min + (k - 1 + shift) * step, k = 0 .. 2^B - 1: the first is below min and
+  // the last above max for every shift in [0, 1), so rounding to the nearest point never has to
+  // clamp.
   QSDP_HOST_DEVICE detail::code_grid code_grid_for(const meta_type& m) const {
     return detail::range_code_grid(m.min, m.max, intervals, 1.5 - static_cast<double>(m.shift),
                                    intervals + 1.0);
   }
   // (code - 1) + shift in two additions: adding (shift - 1) at once is the same for the shifts an
-  // encoder draws (multiples of 2^-24), but not for any float a damaged or hostile packet may hold (a
-  // shift of 1e-38 vanishes in shift - 1). The grid may reach past +-FLT_MAX when the data sit there:
-  // saturated, so finite stays finite.
+  // encoder draws (multiples of 2^-24), but not for any float a damaged or hostile packet may hold
+  // (a shift of 1e-38 vanishes in shift - 1). The grid may reach past +-FLT_MAX when the data sit
+  // there: saturated, so finite stays finite.
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& m) const {
     return detail::range_value_grid(m.min, m.max, intervals, -1.0, static_cast<double>(m.shift),
                                     true);
@@ -192,8 +195,8 @@ struct random_shift {
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
 
-/// No quantization: the codec copies the values into the packet unchanged (bit-exact), through the same
-/// code path as the quantizers, for baselines.
+/// No quantization: the codec copies the values into the packet unchanged (bit-exact), through the
+/// same code path as the quantizers, for baselines.
 struct identity {
   static constexpr std::uint8_t wire_id = 5;
   static constexpr const char* name = "identity";
@@ -205,9 +208,10 @@ struct identity {
 
 /// A quantizer policy (see the contract in README.md / DESIGN.md).
 template <class Q>
-concept quantizer = detail::has_bits<Q> && detail::has_randomized<Q> && detail::has_bucket_size<Q> &&
-                    detail::has_meta_type<Q> && detail::has_fit<Q> && detail::has_encode<Q> &&
-                    detail::has_decode<Q> && detail::valid_bits<Q> && detail::valid_meta<Q>;
+concept quantizer =
+    detail::has_bits<Q> && detail::has_randomized<Q> && detail::has_bucket_size<Q> &&
+    detail::has_meta_type<Q> && detail::has_fit<Q> && detail::has_encode<Q> &&
+    detail::has_decode<Q> && detail::valid_bits<Q> && detail::valid_meta<Q>;
 
 /// Any policy the codec accepts: a quantizer or qsdp::identity.
 template <class Q>
@@ -216,8 +220,10 @@ concept codec_policy = quantizer<Q> || std::same_as<std::remove_cv_t<Q>, identit
 /// Name of a policy for tables and messages ("uniform", "stochastic", ..., or "user-defined").
 template <class Q>
 constexpr const char* policy_name() {
-  if constexpr (requires { Q::name; }) return Q::name;
-  else return "user-defined";
+  if constexpr (requires { Q::name; })
+    return Q::name;
+  else
+    return "user-defined";
 }
 
 }  // namespace qsdp

@@ -1,5 +1,6 @@
-// expect: does not satisfy qsdp::quantizer: missing member .meta_type fit\(const qsdp::bucket_stats&\) const.
-// A policy without fit(): the codec must say which member is missing, in one line.
+// expect: does not satisfy qsdp::quantizer: missing member .meta_type fit\(const
+// qsdp::bucket_stats&\) const. A policy without fit(): the codec must say which member is missing,
+// in one line.
 #include <qsdp/codec.hpp>
 
 struct no_fit {

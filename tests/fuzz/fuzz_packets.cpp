@@ -5,17 +5,19 @@
 // policy at every bit width, identity, and two user-defined policies, into every element type.
 //
 // A packet comes from another process, so nothing in it may turn into a read or write outside the
-// buffers (AddressSanitizer), undefined behaviour (UBSan), or a value the documented guarantees rule
-// out. Beyond "no crash", every input checks properties that a bug would break:
+// buffers (AddressSanitizer), undefined behaviour (UBSan), or a value the documented guarantees
+// rule out. Beyond "no crash", every input checks properties that a bug would break:
 //   - a packet is accepted only if its layout fits in the buffer it came in;
 //   - a refused packet leaves the destination untouched;
 //   - the AVX2 and the baseline loops decode (and encode) to the same bits;
 //   - decode_accumulate into zeros equals decode, and the multi-packet decode_accumulate equals the
 //     single-packet one applied packet by packet (same order, same bits);
 //   - a bucket flagged non-finite decodes to NaN;
-//   - encoding: a bucket holding NaN/inf decodes to NaN, a finite bucket of a built-in policy decodes
+//   - encoding: a bucket holding NaN/inf decodes to NaN, a finite bucket of a built-in policy
+//   decodes
 //     to finite values, a bucket of equal values decodes exactly.
-// A broken property prints what broke and aborts, which libFuzzer reports as a crash with the input.
+// A broken property prints what broke and aborts, which libFuzzer reports as a crash with the
+// input.
 //
 // Input layout (so that the seed corpus and a reader of a crash file can make sense of it):
 //   byte 0      policy (index into policy_list below, modulo its length)
@@ -61,16 +63,18 @@ inline constexpr bool is_builtin = qsdp::detail::wire_id<Q>() != 0;
 /// Every policy the fuzzer drives: 8 + 8 + 8 + 7 built-in widths, identity, two user policies.
 template <int... B>
 auto builtin_policies(std::integer_sequence<int, B...>) {
-  return std::tuple_cat(std::tuple<qsdp::uniform<B + 1>...>{}, std::tuple<qsdp::stochastic<B + 1>...>{},
+  return std::tuple_cat(std::tuple<qsdp::uniform<B + 1>...>{},
+                        std::tuple<qsdp::stochastic<B + 1>...>{},
                         std::tuple<qsdp::symmetric<B + 1>...>{});
 }
 template <int... B>
 auto shifted_policies(std::integer_sequence<int, B...>) {
   return std::tuple<qsdp::random_shift<B + 2>...>{};
 }
-using policy_list = decltype(std::tuple_cat(builtin_policies(std::make_integer_sequence<int, 8>{}),
-                                            shifted_policies(std::make_integer_sequence<int, 7>{}),
-                                            std::tuple<qsdp::identity, power_of_two, stochastic_sign>{}));
+using policy_list =
+    decltype(std::tuple_cat(builtin_policies(std::make_integer_sequence<int, 8>{}),
+                            shifted_policies(std::make_integer_sequence<int, 7>{}),
+                            std::tuple<qsdp::identity, power_of_two, stochastic_sign>{}));
 inline constexpr std::size_t policy_count = std::tuple_size_v<policy_list>;
 
 /// Calls fn(Q{}) for the index-th policy of policy_list.
@@ -86,13 +90,23 @@ void with_policy(std::size_t index, Fn&& fn) {
 template <class Fn>
 void with_element(unsigned selector, Fn&& fn) {
   switch (selector & 3u) {
-    case 0: fn(float{}); break;
-    case 1: fn(double{}); break;
+    case 0:
+      fn(float{});
+      break;
+    case 1:
+      fn(double{});
+      break;
 #if QSDP_HAS_CUDA_HALF
-    case 2: fn(__half{}); break;
-    case 3: fn(__nv_bfloat16{}); break;
+    case 2:
+      fn(__half{});
+      break;
+    case 3:
+      fn(__nv_bfloat16{});
+      break;
 #else
-    default: fn(float{}); break;
+    default:
+      fn(float{});
+      break;
 #endif
   }
 }
@@ -103,9 +117,9 @@ void with_element(unsigned selector, Fn&& fn) {
   std::abort();
 }
 
-/// Largest number of values a decoder is asked for: bounds the fuzzer's allocations. 2^15 one-bit values
-/// are 4 KiB, the longest input scripts/fuzz.sh allows, so every count a packet can hold gets decoded;
-/// larger claims go through validation alone, which must refuse them.
+/// Largest number of values a decoder is asked for: bounds the fuzzer's allocations. 2^15 one-bit
+/// values are 4 KiB, the longest input scripts/fuzz.sh allows, so every count a packet can hold
+/// gets decoded; larger claims go through validation alone, which must refuse them.
 constexpr std::size_t max_values = std::size_t{1} << 15;
 
 std::uint32_t read_u32(const std::uint8_t* p) {
@@ -113,8 +127,8 @@ std::uint32_t read_u32(const std::uint8_t* p) {
          std::uint32_t(p[3]) << 24;
 }
 
-/// An exactly sized heap copy: one byte past it is outside any allocation, so AddressSanitizer sees an
-/// over-read of a truncated packet.
+/// An exactly sized heap copy: one byte past it is outside any allocation, so AddressSanitizer sees
+/// an over-read of a truncated packet.
 struct exact_buffer {
   explicit exact_buffer(std::span<const std::uint8_t> bytes)
       : size(bytes.size()), data(std::make_unique<std::byte[]>(bytes.size())) {
@@ -127,9 +141,12 @@ struct exact_buffer {
 
 template <class T>
 std::uint64_t bits_of(T v) {
-  if constexpr (sizeof(T) == 8) return std::bit_cast<std::uint64_t>(v);
-  else if constexpr (sizeof(T) == 4) return std::bit_cast<std::uint32_t>(v);
-  else return std::bit_cast<std::uint16_t>(v);
+  if constexpr (sizeof(T) == 8)
+    return std::bit_cast<std::uint64_t>(v);
+  else if constexpr (sizeof(T) == 4)
+    return std::bit_cast<std::uint32_t>(v);
+  else
+    return std::bit_cast<std::uint16_t>(v);
 }
 
 template <class T>
@@ -164,7 +181,8 @@ void on_baseline(Fn&& fn) {
   qsdp::detail::host_force_baseline = false;
 }
 
-/// A decoder of policy Q configured as the input says: bucket size from the header or from bytes 6-9.
+/// A decoder of policy Q configured as the input says: bucket size from the header or from bytes
+/// 6-9.
 template <class Q>
 Q decoder_for(const std::uint8_t* prefix, bool from_header, std::span<const std::uint8_t> packet) {
   Q q{};
@@ -239,7 +257,8 @@ void decode_one(const Q& q, const exact_buffer& packet, std::size_t count) {
   if (const auto d = bit_difference(fast, slow); !d.empty())
     broken("the AVX2 and baseline decoders produce different values" + d);
 
-  // The layout the decoder used: the buffer must hold it, and its non-finite flags must show as NaN.
+  // The layout the decoder used: the buffer must hold it, and its non-finite flags must show as
+  // NaN.
   const auto l = qsdp::detail::validated_layout(
       q, packet.data.get(), count, static_cast<int>(qsdp::detail::element_traits<T>::tag),
       packet.size, "fuzz");
@@ -268,7 +287,8 @@ void decode_one(const Q& q, const exact_buffer& packet, std::size_t count) {
 /// single-packet call applied packet by packet. Like a collective's receiver, the caller knows the
 /// packet size from its own parameters and only calls with a buffer that holds them all.
 template <class Q, class T>
-void decode_many(const Q& q, const exact_buffer& packets, std::size_t count, std::size_t packet_count) {
+void decode_many(const Q& q, const exact_buffer& packets, std::size_t count,
+                 std::size_t packet_count) {
   std::size_t packet_bytes = 0;
   try {
     packet_bytes = qsdp::compressed_size<T>(q, count);
@@ -310,7 +330,8 @@ void decode_many(const Q& q, const exact_buffer& packets, std::size_t count, std
 
 /// Operation 2: arbitrary values through encode and decode.
 template <class Q, class T>
-void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_size, bool misaligned) {
+void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_size,
+                bool misaligned) {
   const std::size_t count = std::min(bytes.size() / sizeof(T), max_values);
   std::vector<T> values(count);
   if (count) std::memcpy(values.data(), bytes.data(), count * sizeof(T));
@@ -320,7 +341,8 @@ void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_siz
     size = qsdp::compressed_size<T>(q, count);
   } catch (const qsdp::error&) {
     if constexpr (!qsdp::detail::is_identity<Q>) {
-      if (bucket_size >= 1) broken("compressed_size refused bucket size " + std::to_string(bucket_size));
+      if (bucket_size >= 1)
+        broken("compressed_size refused bucket size " + std::to_string(bucket_size));
     }
     return;
   }
@@ -338,7 +360,8 @@ void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_siz
     qsdp::encode(q, odd, count, packet.data(), position);
     if (packet != fast) broken("encoding from a misaligned buffer wrote a different packet");
     on_baseline([&] { qsdp::encode(q, odd, count, packet.data(), position); });
-    if (packet != fast) broken("baseline encoding from a misaligned buffer wrote a different packet");
+    if (packet != fast)
+      broken("baseline encoding from a misaligned buffer wrote a different packet");
   }
 
   std::vector<T> decoded(count);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The packet fuzzer's entry points (tests/fuzz/fuzz_packets.cpp describes the input layout), shared by
-// the libFuzzer target and the replay program that runs the corpus in the ordinary test suite.
+// The packet fuzzer's entry points (tests/fuzz/fuzz_packets.cpp describes the input layout), shared
+// by the libFuzzer target and the replay program that runs the corpus in the ordinary test suite.
 #pragma once
 
 #include <cstddef>

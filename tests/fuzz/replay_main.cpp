@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Runs the packet fuzzer's inputs without libFuzzer, with any compiler: the seed corpus and every crash
-// input ever found run in the ordinary test suite (and under the sanitizer builds).
+// Runs the packet fuzzer's inputs without libFuzzer, with any compiler: the seed corpus and every
+// crash input ever found run in the ordinary test suite (and under the sanitizer builds).
 //
 //   qsdp_fuzz_replay <file or directory>...   run each input, print how many ran
 //   qsdp_fuzz_replay --write-seeds <dir>      write the seed corpus (tests/fuzz/corpus) into <dir>

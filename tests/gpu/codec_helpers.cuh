@@ -23,9 +23,15 @@ struct device_bytes {
   thrust::device_vector<unsigned char> storage;
   std::size_t offset;
   device_bytes(std::size_t bytes, std::size_t off) : storage(bytes + off + 16, 0xCD), offset(off) {}
-  std::byte* get() { return reinterpret_cast<std::byte*>(thrust::raw_pointer_cast(storage.data())) + offset; }
-  void upload(const void* from, std::size_t n) { if (n) cuda_ok(cudaMemcpy(get(), from, n, cudaMemcpyHostToDevice), "upload"); }
-  void download(void* to, std::size_t n) { if (n) cuda_ok(cudaMemcpy(to, get(), n, cudaMemcpyDeviceToHost), "download"); }
+  std::byte* get() {
+    return reinterpret_cast<std::byte*>(thrust::raw_pointer_cast(storage.data())) + offset;
+  }
+  void upload(const void* from, std::size_t n) {
+    if (n) cuda_ok(cudaMemcpy(get(), from, n, cudaMemcpyHostToDevice), "upload");
+  }
+  void download(void* to, std::size_t n) {
+    if (n) cuda_ok(cudaMemcpy(to, get(), n, cudaMemcpyDeviceToHost), "download");
+  }
 };
 
 template <class Q, class T>
@@ -34,7 +40,8 @@ std::vector<std::byte> device_encode(const Q& q, const std::vector<T>& x, std::s
   const std::size_t bytes = qsdp::compressed_size<T>(q, x.size());
   device_bytes src(x.size() * sizeof(T), src_offset), packet(bytes, packet_offset);
   src.upload(x.data(), x.size() * sizeof(T));
-  qsdp::encode(q, reinterpret_cast<const T*>(src.get()), x.size(), packet.get(), position, cudaStream_t{});
+  qsdp::encode(q, reinterpret_cast<const T*>(src.get()), x.size(), packet.get(), position,
+               cudaStream_t{});
   qsdp::synchronize_and_check(cudaStream_t{});
   std::vector<std::byte> out(bytes);
   packet.download(out.data(), bytes);
@@ -60,7 +67,8 @@ std::vector<float> device_decode_accumulate(const Q& q, const std::vector<std::b
   device_bytes in(packets.size(), 0), sum(count * sizeof(float), acc_offset);
   in.upload(packets.data(), packets.size());
   sum.upload(acc.data(), count * sizeof(float));
-  qsdp::decode_accumulate(q, in.get(), packet_count, count, reinterpret_cast<float*>(sum.get()), cudaStream_t{});
+  qsdp::decode_accumulate(q, in.get(), packet_count, count, reinterpret_cast<float*>(sum.get()),
+                          cudaStream_t{});
   qsdp::synchronize_and_check(cudaStream_t{});
   sum.download(acc.data(), count * sizeof(float));
   return acc;
@@ -69,19 +77,19 @@ std::vector<float> device_decode_accumulate(const Q& q, const std::vector<std::b
 }  // namespace gpu_test
 
 // Explicit instantiations for policy Q over the three device element types.
-#define GPU_TEST_CODEC_INSTANCES(Q)                                                                   \
-  template std::vector<std::byte> gpu_test::device_encode<Q, float>(const Q&, const std::vector<float>&, \
-                                                                    std::size_t, std::size_t,           \
-                                                                    qsdp::rng_position);                \
-  template std::vector<std::byte> gpu_test::device_encode<Q, __half>(                                  \
-      const Q&, const std::vector<__half>&, std::size_t, std::size_t, qsdp::rng_position);             \
-  template std::vector<std::byte> gpu_test::device_encode<Q, __nv_bfloat16>(                           \
-      const Q&, const std::vector<__nv_bfloat16>&, std::size_t, std::size_t, qsdp::rng_position);      \
-  template std::vector<float> gpu_test::device_decode<Q, float>(const Q&, const std::vector<std::byte>&, \
-                                                                std::size_t, std::size_t, std::size_t); \
-  template std::vector<__half> gpu_test::device_decode<Q, __half>(                                     \
-      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::size_t);                 \
-  template std::vector<__nv_bfloat16> gpu_test::device_decode<Q, __nv_bfloat16>(                       \
-      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::size_t);                 \
-  template std::vector<float> gpu_test::device_decode_accumulate<Q>(                                   \
-      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::vector<float>, std::size_t);
+#define GPU_TEST_CODEC_INSTANCES(Q)                                                               \
+  template std::vector<std::byte> gpu_test::device_encode<Q, float>(                              \
+      const Q&, const std::vector<float>&, std::size_t, std::size_t, qsdp::rng_position);         \
+  template std::vector<std::byte> gpu_test::device_encode<Q, __half>(                             \
+      const Q&, const std::vector<__half>&, std::size_t, std::size_t, qsdp::rng_position);        \
+  template std::vector<std::byte> gpu_test::device_encode<Q, __nv_bfloat16>(                      \
+      const Q&, const std::vector<__nv_bfloat16>&, std::size_t, std::size_t, qsdp::rng_position); \
+  template std::vector<float> gpu_test::device_decode<Q, float>(                                  \
+      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::size_t);            \
+  template std::vector<__half> gpu_test::device_decode<Q, __half>(                                \
+      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::size_t);            \
+  template std::vector<__nv_bfloat16> gpu_test::device_decode<Q, __nv_bfloat16>(                  \
+      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::size_t);            \
+  template std::vector<float> gpu_test::device_decode_accumulate<Q>(                              \
+      const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::vector<float>,      \
+      std::size_t);

@@ -32,7 +32,6 @@ struct wrong_device_communicator {
 };
 static_assert(qsdp::device_communicator<wrong_device_communicator>);
 
-
 std::string device_bad_input(const std::string& which) {
   constexpr std::size_t n = 4096;
   const qsdp::uniform<8> q;
@@ -61,11 +60,13 @@ std::string device_bad_input(const std::string& which) {
     float* op = thrust::raw_pointer_cast(out.data());
     if (which == "host send pointer") {
       std::vector<float> host(n, 1.0f);
-      message = qsdp_test::error_of([&] { qsdp::all_gather(comm, q, host.data(), op, n, comm.stream()); });
+      message = qsdp_test::error_of(
+          [&] { qsdp::all_gather(comm, q, host.data(), op, n, comm.stream()); });
     } else if (which == "pinned recv pointer") {
       float* pinned = nullptr;
       cuda_ok(cudaMallocHost(&pinned, n * sizeof(float)), "cudaMallocHost");
-      message = qsdp_test::error_of([&] { qsdp::all_gather(comm, q, dp, pinned, n, comm.stream()); });
+      message =
+          qsdp_test::error_of([&] { qsdp::all_gather(comm, q, dp, pinned, n, comm.stream()); });
       (void)cudaFreeHost(pinned);
     } else if (which == "stream of another device") {
       wrong_device_communicator wrong{&comm};

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <vector>
 
-#include "support.hpp"
 #include "gpu_policies.hpp"
 #include "gpu_support.hpp"
+#include "support.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include <qsdp/collectives.hpp>
 
-#include "support.hpp"
 #include "gpu_support.hpp"
+#include "support.hpp"
 
 namespace {
 

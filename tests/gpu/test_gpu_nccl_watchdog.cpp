@@ -181,7 +181,8 @@ TEST_CASE("nccl synchronize times out on a stream that is held up, and aborts th
                  "qsdp::nccl_communicator::all_gather_bytes: the communicator was aborted"));
 }
 
-TEST_CASE("nccl synchronize with abort_on_failure off: the timeout throws, the communicator lives") {
+TEST_CASE(
+    "nccl synchronize with abort_on_failure off: the timeout throws, the communicator lives") {
   nccl_ranks ranks(1, {.timeout = 200ms, .abort_on_failure = false});
   qsdp::nccl_communicator& comm = *ranks.wrappers[0];
   require_cuda(cudaSetDevice(0), "cudaSetDevice");

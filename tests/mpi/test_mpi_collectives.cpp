@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The collectives under mpirun, against MPI's own MPI_Allgather / MPI_Reduce_scatter_block on the same
-// data: identity bit-exact (all-gather) or within fp32 summation order (reduce-scatter), every policy
-// within its bound, all_reduce bit-identical on every rank, and a rank that calls with another count
-// makes every rank throw. Prints "N passed, M failed" on rank 0; exits nonzero if any rank failed.
+// The collectives under mpirun, against MPI's own MPI_Allgather / MPI_Reduce_scatter_block on the
+// same data: identity bit-exact (all-gather) or within fp32 summation order (reduce-scatter), every
+// policy within its bound, all_reduce bit-identical on every rank, and a rank that calls with
+// another count makes every rank throw. Prints "N passed, M failed" on rank 0; exits nonzero if any
+// rank failed.
 #include <mpi.h>
 
 #include <cmath>
@@ -41,13 +42,18 @@ std::vector<double> bounds(const Q& q, const std::vector<float>& x) {
     for (std::size_t s = 0; s < x.size(); s += q.bucket_size) {
       const std::size_t e = std::min(x.size(), s + q.bucket_size);
       double lo = INFINITY, hi = -INFINITY;
-      for (std::size_t i = s; i < e; ++i) lo = std::min<double>(lo, x[i]), hi = std::max<double>(hi, x[i]);
+      for (std::size_t i = s; i < e; ++i)
+        lo = std::min<double>(lo, x[i]), hi = std::max<double>(hi, x[i]);
       const double abs_max = std::max(std::abs(lo), std::abs(hi));
       double step = 0;
-      if constexpr (Q::wire_id == 1) step = (hi - lo) / ((1 << B) - 1) / 2;
-      else if constexpr (Q::wire_id == 2) step = (hi - lo) / ((1 << B) - 1);
-      else if constexpr (Q::wire_id == 3) step = abs_max / (B == 1 ? 0.5 : (1 << (B - 1)) - 1) / 2;
-      else step = (hi - lo) / ((1 << B) - 2) / 2;
+      if constexpr (Q::wire_id == 1)
+        step = (hi - lo) / ((1 << B) - 1) / 2;
+      else if constexpr (Q::wire_id == 2)
+        step = (hi - lo) / ((1 << B) - 1);
+      else if constexpr (Q::wire_id == 3)
+        step = abs_max / (B == 1 ? 0.5 : (1 << (B - 1)) - 1) / 2;
+      else
+        step = (hi - lo) / ((1 << B) - 2) / 2;
       for (std::size_t i = s; i < e; ++i) b[i] = step * (1 + 1e-6) + 1e-6 * abs_max;
     }
   }
@@ -57,20 +63,22 @@ std::vector<double> bounds(const Q& q, const std::vector<float>& x) {
 template <class Q>
 void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, std::size_t count) {
   const auto w = static_cast<std::size_t>(g_world);
-  const std::string tag = std::string(name) + " count " + std::to_string(count) + " world " + std::to_string(g_world);
+  const std::string tag =
+      std::string(name) + " count " + std::to_string(count) + " world " + std::to_string(g_world);
 
   // all_gather vs MPI_Allgather on the same data.
   const auto mine = data_of(g_rank, count, 1);
   std::vector<float> ours(count * w), theirs(count * w);
   qsdp::all_gather(comm, q, mine.data(), ours.data(), count);
-  MPI_Allgather(mine.data(), static_cast<int>(count), MPI_FLOAT, theirs.data(), static_cast<int>(count),
-                MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Allgather(mine.data(), static_cast<int>(count), MPI_FLOAT, theirs.data(),
+                static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
   bool ok = true;
   for (int r = 0; r < g_world && ok; ++r) {
     const auto b = bounds(q, data_of(r, count, 1));
     for (std::size_t i = 0; i < count; ++i) {
       const float a = ours[r * count + i], m = theirs[r * count + i];
-      if (qsdp::detail::is_identity<Q> ? std::memcmp(&a, &m, 4) != 0 : !(std::abs(double(a) - m) <= b[i])) {
+      if (qsdp::detail::is_identity<Q> ? std::memcmp(&a, &m, 4) != 0
+                                       : !(std::abs(double(a) - m) <= b[i])) {
         ok = false;
         break;
       }
@@ -82,26 +90,29 @@ void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, st
   const auto full = data_of(g_rank, count * w, 2);
   std::vector<float> ours_rs(count), theirs_rs(count);
   qsdp::reduce_scatter(comm, q, full.data(), ours_rs.data(), count, qsdp::reduce_op::sum);
-  MPI_Reduce_scatter_block(full.data(), theirs_rs.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                           MPI_COMM_WORLD);
+  MPI_Reduce_scatter_block(full.data(), theirs_rs.data(), static_cast<int>(count), MPI_FLOAT,
+                           MPI_SUM, MPI_COMM_WORLD);
   std::vector<double> allowed(count, 0.0), magnitude(count, 0.0);
   for (int r = 0; r < g_world; ++r) {
     const auto d = data_of(r, count * w, 2);
     const std::vector<float> chunk(d.begin() + g_rank * count, d.begin() + (g_rank + 1) * count);
     const auto b = bounds(q, chunk);
-    for (std::size_t i = 0; i < count; ++i) allowed[i] += b[i], magnitude[i] += std::abs(chunk[i]) + b[i];
+    for (std::size_t i = 0; i < count; ++i)
+      allowed[i] += b[i], magnitude[i] += std::abs(chunk[i]) + b[i];
   }
   ok = true;
   for (std::size_t i = 0; i < count; ++i)
-    if (!(std::abs(double(ours_rs[i]) - theirs_rs[i]) <= allowed[i] + 2 * (g_world + 2) * 0x1p-24 * magnitude[i])) ok = false;
+    if (!(std::abs(double(ours_rs[i]) - theirs_rs[i]) <=
+          allowed[i] + 2 * (g_world + 2) * 0x1p-24 * magnitude[i]))
+      ok = false;
   check(ok, "reduce_scatter " + tag);
 
   // all_reduce: every rank holds the same bytes.
   auto reduced = data_of(g_rank, count, 3);
   qsdp::all_reduce(comm, q, reduced.data(), count, qsdp::reduce_op::avg);
   std::vector<float> everyone(count * w);
-  MPI_Allgather(reduced.data(), static_cast<int>(count), MPI_FLOAT, everyone.data(), static_cast<int>(count),
-                MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Allgather(reduced.data(), static_cast<int>(count), MPI_FLOAT, everyone.data(),
+                static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
   ok = true;
   for (int r = 1; r < g_world; ++r)
     if (count > 0 && std::memcmp(everyone.data(), everyone.data() + r * count, count * 4) != 0)
@@ -118,14 +129,17 @@ int main(int argc, char** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   {
     qsdp::mpi_communicator comm(MPI_COMM_WORLD);
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
       check_policy(comm, qsdp::identity{}, "identity", count);
       check_policy(comm, qsdp::uniform<8>{.bucket_size = 512}, "uniform<8>", count);
       check_policy(comm, qsdp::uniform<3>{.bucket_size = 100}, "uniform<3>", count);
-      check_policy(comm, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3}, "stochastic<4>", count);
+      check_policy(comm, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3}, "stochastic<4>",
+                   count);
       check_policy(comm, qsdp::stochastic<1>{.bucket_size = 64, .seed = 3}, "stochastic<1>", count);
       check_policy(comm, qsdp::symmetric<2>{.bucket_size = 1024}, "symmetric<2>", count);
-      check_policy(comm, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3}, "random_shift<8>", count);
+      check_policy(comm, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3}, "random_shift<8>",
+                   count);
     }
 
     // A rank that calls with another count: every rank throws, naming it; nobody hangs.

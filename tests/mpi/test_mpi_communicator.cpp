@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// qsdp::mpi_communicator across real MPI ranks. A plain MPI program rather than doctest: every rank runs
-// every check (they are collective), failures are printed by the rank that saw them, and the counts are
-// summed over ranks at the end. Run under mpiexec with any number of ranks (ctest: mpi.communicator.np*).
+// qsdp::mpi_communicator across real MPI ranks. A plain MPI program rather than doctest: every rank
+// runs every check (they are collective), failures are printed by the rank that saw them, and the
+// counts are summed over ranks at the end. Run under mpiexec with any number of ranks (ctest:
+// mpi.communicator.np*).
 #include <qsdp/mpi.hpp>
 
 #include "mpi_check.hpp"
@@ -22,22 +23,25 @@ using qsdp_mpi_test::check;
 using qsdp_mpi_test::check_throws;
 using qsdp_mpi_test::g_rank;
 
-/// Byte i of the block that rank `from` sends to rank `to` in an exchange of n bytes per block: distinct
-/// for every (from, to, n) and not periodic in i, so a misplaced or shifted block is caught.
+/// Byte i of the block that rank `from` sends to rank `to` in an exchange of n bytes per block:
+/// distinct for every (from, to, n) and not periodic in i, so a misplaced or shifted block is
+/// caught.
 std::byte pattern(int from, int to, std::size_t n, std::size_t i) {
-  std::uint64_t x = (static_cast<std::uint64_t>(from) << 48) ^ (static_cast<std::uint64_t>(to) << 32) ^
-                    (static_cast<std::uint64_t>(n) << 20) ^ i;
+  std::uint64_t x = (static_cast<std::uint64_t>(from) << 48) ^
+                    (static_cast<std::uint64_t>(to) << 32) ^ (static_cast<std::uint64_t>(n) << 20) ^
+                    i;
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
   return static_cast<std::byte>(x & 0xff);
 }
 
-/// An all-gather through detail::mpi_all_gather_bytes (chunk = 0: the communicator's own entry point),
-/// with the communicator's options (blocking, or polled against a timeout).
-/// Every rank verifies every block. With in_place the rank's block is written into recv beforehand and
-/// send points at it.
-void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t chunk, bool in_place) {
+/// An all-gather through detail::mpi_all_gather_bytes (chunk = 0: the communicator's own entry
+/// point), with the communicator's options (blocking, or polled against a timeout). Every rank
+/// verifies every block. With in_place the rank's block is written into recv beforehand and send
+/// points at it.
+void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t chunk,
+                     bool in_place) {
   const int rank = comm.rank();
   const int size = comm.size();
   const std::string what = "all_gather n=" + std::to_string(n) + " chunk=" + std::to_string(chunk) +
@@ -54,8 +58,11 @@ void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t ch
     from = recv + static_cast<std::size_t>(rank) * n;
   }
   try {
-    if (chunk == 0) comm.all_gather_bytes(from, recv, n);
-    else qsdp::detail::mpi_all_gather_bytes(comm.native(), rank, size, from, recv, n, chunk, comm.options());
+    if (chunk == 0)
+      comm.all_gather_bytes(from, recv, n);
+    else
+      qsdp::detail::mpi_all_gather_bytes(comm.native(), rank, size, from, recv, n, chunk,
+                                         comm.options());
   } catch (const std::exception& e) {
     check(false, what + ": threw " + e.what());
     return;
@@ -67,7 +74,8 @@ void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t ch
   check(wrong == 0, what + ": " + std::to_string(wrong) + " wrong bytes");
   bool guards = true;
   for (std::size_t i = 0; i < guard; ++i)
-    guards = guards && buffer[i] == std::byte{0xa5} && buffer[buffer.size() - 1 - i] == std::byte{0xa5};
+    guards =
+        guards && buffer[i] == std::byte{0xa5} && buffer[buffer.size() - 1 - i] == std::byte{0xa5};
   check(guards, what + ": wrote outside recv");
 }
 
@@ -75,18 +83,22 @@ void test_all_gather(qsdp::mpi_communicator& comm, std::size_t n, std::size_t ch
 void test_all_to_all(qsdp::mpi_communicator& comm, std::size_t n, std::size_t chunk) {
   const int rank = comm.rank();
   const int size = comm.size();
-  const std::string what =
-      "all_to_all n=" + std::to_string(n) + " chunk=" + std::to_string(chunk) + " size=" + std::to_string(size);
+  const std::string what = "all_to_all n=" + std::to_string(n) + " chunk=" + std::to_string(chunk) +
+                           " size=" + std::to_string(size);
   const std::size_t total = n * static_cast<std::size_t>(size);
   std::vector<std::byte> send(total);
   for (int to = 0; to < size; ++to)
-    for (std::size_t i = 0; i < n; ++i) send[static_cast<std::size_t>(to) * n + i] = pattern(rank, to, n, i);
+    for (std::size_t i = 0; i < n; ++i)
+      send[static_cast<std::size_t>(to) * n + i] = pattern(rank, to, n, i);
   const std::size_t guard = 16;
   std::vector<std::byte> buffer(total + 2 * guard, std::byte{0x5a});
   std::byte* recv = buffer.data() + guard;
   try {
-    if (chunk == 0) comm.all_to_all_bytes(send.data(), recv, n);
-    else qsdp::detail::mpi_all_to_all_bytes(comm.native(), size, send.data(), recv, n, chunk, comm.options());
+    if (chunk == 0)
+      comm.all_to_all_bytes(send.data(), recv, n);
+    else
+      qsdp::detail::mpi_all_to_all_bytes(comm.native(), size, send.data(), recv, n, chunk,
+                                         comm.options());
   } catch (const std::exception& e) {
     check(false, what + ": threw " + e.what());
     return;
@@ -98,15 +110,17 @@ void test_all_to_all(qsdp::mpi_communicator& comm, std::size_t n, std::size_t ch
   check(wrong == 0, what + ": " + std::to_string(wrong) + " wrong bytes");
   bool guards = true;
   for (std::size_t i = 0; i < guard; ++i)
-    guards = guards && buffer[i] == std::byte{0x5a} && buffer[buffer.size() - 1 - i] == std::byte{0x5a};
+    guards =
+        guards && buffer[i] == std::byte{0x5a} && buffer[buffer.size() - 1 - i] == std::byte{0x5a};
   check(guards, what + ": wrote outside recv");
 }
 
 /// The exchanges on one communicator: the direct path (sizes around the interesting edges) and the
-/// chunked path driven by tiny fake chunk sizes (full chunks only, full chunks plus a tail, chunk 1).
+/// chunked path driven by tiny fake chunk sizes (full chunks only, full chunks plus a tail, chunk
+/// 1).
 void test_exchanges(qsdp::mpi_communicator& comm) {
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{4097},
-                        std::size_t{1} << 20}) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4096},
+                        std::size_t{4097}, std::size_t{1} << 20}) {
     test_all_gather(comm, n, 0, false);
     test_all_gather(comm, n, 0, true);
     test_all_to_all(comm, n, 0);
@@ -143,8 +157,8 @@ void test_bad_arguments(qsdp::mpi_communicator& comm) {
                "all_to_all_bytes send == recv");
   // send overlaps recv but is not this rank's block.
   const std::size_t wrong_block = static_cast<std::size_t>((comm.rank() + 1) % comm.size()) * 8 + 1;
-  check_throws([&] { comm.all_gather_bytes(buffer.data() + wrong_block, buffer.data(), 8); }, "overlap",
-               "all_gather_bytes misplaced in-place send");
+  check_throws([&] { comm.all_gather_bytes(buffer.data() + wrong_block, buffer.data(), 8); },
+               "overlap", "all_gather_bytes misplaced in-place send");
   check_throws(
       [&] {
         qsdp::detail::mpi_all_gather_bytes(comm.native(), comm.rank(), comm.size(), buffer.data(),
@@ -184,7 +198,8 @@ void test_construction(MPI_Comm world) {
   static_assert(qsdp::communicator<qsdp::mpi_communicator>);
   static_assert(qsdp::mpi_communicator::memory == qsdp::memory_space::host);
 
-  check_throws([] { qsdp::mpi_communicator null_comm(MPI_COMM_NULL); }, "MPI_COMM_NULL", "MPI_COMM_NULL");
+  check_throws([] { qsdp::mpi_communicator null_comm(MPI_COMM_NULL); }, "MPI_COMM_NULL",
+               "MPI_COMM_NULL");
 
   // The user's error handler is left as it was.
   MPI_Comm dup;
@@ -203,7 +218,8 @@ void test_construction(MPI_Comm world) {
     MPI_Comm half, inter;
     MPI_Comm_split(world, rank % 2, rank, &half);
     MPI_Intercomm_create(half, 0, world, rank % 2 == 0 ? 1 : 0, 99, &inter);
-    check_throws([&] { qsdp::mpi_communicator c(inter); }, "intercommunicator", "intercommunicator");
+    check_throws([&] { qsdp::mpi_communicator c(inter); }, "intercommunicator",
+                 "intercommunicator");
     MPI_Comm_free(&inter);
     MPI_Comm_free(&half);
   }
@@ -216,21 +232,26 @@ void test_options(MPI_Comm world) {
         "fault_options defaults: the transport's timeout (MPI: no limit), abort");
   qsdp::mpi_communicator plain(world);
   check(!plain.options().timeout && plain.usable(), "a communicator without options has no limit");
-  qsdp::mpi_communicator timed(world, {.timeout = std::chrono::milliseconds(1500), .abort_on_failure = false});
-  check(timed.options().timeout == std::chrono::milliseconds(1500) && !timed.options().abort_on_failure,
+  qsdp::mpi_communicator timed(
+      world, {.timeout = std::chrono::milliseconds(1500), .abort_on_failure = false});
+  check(timed.options().timeout == std::chrono::milliseconds(1500) &&
+            !timed.options().abort_on_failure,
         "options() returns the options given");
   check_throws([&] { qsdp::mpi_communicator c(world, {.timeout = std::chrono::milliseconds(-1)}); },
-               "fault_options::timeout is -1 ms; expected 0 (no limit) or 1..86400000 ms", "negative timeout");
+               "fault_options::timeout is -1 ms; expected 0 (no limit) or 1..86400000 ms",
+               "negative timeout");
   check_throws([&] { qsdp::mpi_communicator c(world, {.timeout = std::chrono::hours(25)}); },
                "fault_options::timeout is 90000000 ms", "timeout above max_fault_timeout");
-  check_throws([] { qsdp::mpi_communicator c(MPI_COMM_NULL, {.timeout = std::chrono::seconds(1)}); },
-               "MPI_COMM_NULL", "MPI_COMM_NULL with options");
+  check_throws(
+      [] { qsdp::mpi_communicator c(MPI_COMM_NULL, {.timeout = std::chrono::seconds(1)}); },
+      "MPI_COMM_NULL", "MPI_COMM_NULL with options");
 }
 
-/// A timeout with abort_on_failure = false, made real without hanging the job: rank 0 alone starts an
-/// all-gather on a duplicate of world and must get qsdp::timeout_error after the timeout, after which
-/// its communicator refuses every exchange. The other ranks join that all-gather only afterwards, so the
-/// call rank 0 abandoned (still pending in MPI) completes and nothing is left waiting at MPI_Finalize.
+/// A timeout with abort_on_failure = false, made real without hanging the job: rank 0 alone starts
+/// an all-gather on a duplicate of world and must get qsdp::timeout_error after the timeout, after
+/// which its communicator refuses every exchange. The other ranks join that all-gather only
+/// afterwards, so the call rank 0 abandoned (still pending in MPI) completes and nothing is left
+/// waiting at MPI_Finalize.
 void test_timeout_throws(MPI_Comm world) {
   int rank = -1, size = -1;
   MPI_Comm_rank(world, &rank);
@@ -239,7 +260,8 @@ void test_timeout_throws(MPI_Comm world) {
   MPI_Comm dup;
   MPI_Comm_dup(world, &dup);
   constexpr std::size_t n = 8;
-  // MPI may write into these after the timed-out call returned (the reason they are static: never freed).
+  // MPI may write into these after the timed-out call returned (the reason they are static: never
+  // freed).
   static std::byte send[n];
   static std::byte recv[n * 64];
   for (std::size_t i = 0; i < n; ++i) send[i] = pattern(rank, -1, n, i);
@@ -254,16 +276,18 @@ void test_timeout_throws(MPI_Comm world) {
     } catch (const qsdp::timeout_error& e) {
       message = e.what();
     } catch (const std::exception& e) {
-      check(false, std::string("timed-out all_gather_bytes threw something other than timeout_error: ") +
-                       e.what());
+      check(false,
+            std::string("timed-out all_gather_bytes threw something other than timeout_error: ") +
+                e.what());
     }
     const auto waited = std::chrono::steady_clock::now() - start;
-    const std::string expected = "qsdp::mpi_communicator::all_gather_bytes: timed out: rank 0 of " +
-                                 std::to_string(size) +
-                                 ": MPI_Iallgather of 8 bytes per rank did not complete within 300 ms";
+    const std::string expected =
+        "qsdp::mpi_communicator::all_gather_bytes: timed out: rank 0 of " + std::to_string(size) +
+        ": MPI_Iallgather of 8 bytes per rank did not complete within 300 ms";
     check(message.find(expected) != std::string::npos,
           "timeout message '" + message + "' lacks '" + expected + "'");
-    check(message.find("unusable") != std::string::npos, "timeout message says the communicator is unusable");
+    check(message.find("unusable") != std::string::npos,
+          "timeout message says the communicator is unusable");
     check(waited >= timeout, "the timeout error comes after the timeout");
     check(!comm.usable(), "a timed-out communicator is unusable");
     check_throws([&] { comm.all_to_all_bytes(send, recv, n); }, "this communicator is unusable",
@@ -278,8 +302,8 @@ void test_timeout_throws(MPI_Comm world) {
       for (int r = 0; r < size; ++r)
         for (std::size_t i = 0; i < n; ++i)
           if (recv[static_cast<std::size_t>(r) * n + i] != pattern(r, -1, n, i)) ++wrong;
-      check(wrong == 0, "the late ranks complete the abandoned all-gather (" + std::to_string(wrong) +
-                            " wrong bytes)");
+      check(wrong == 0, "the late ranks complete the abandoned all-gather (" +
+                            std::to_string(wrong) + " wrong bytes)");
     } catch (const std::exception& e) {
       check(false, std::string("late all_gather_bytes threw ") + e.what());
     }
@@ -304,14 +328,16 @@ void test_error_messages() {
   }
   check(quiet, "mpi_check passes MPI_SUCCESS");
 
-  // A real MPI failure, reported instead of aborting because the handler returns errors: a count that
-  // wraps to -1 (the byte functions never pass one). Datatype calls belong to no communicator; MPI 3.1
-  // raises their errors on MPI_COMM_WORLD, so its handler is switched for this check and restored.
+  // A real MPI failure, reported instead of aborting because the handler returns errors: a count
+  // that wraps to -1 (the byte functions never pass one). Datatype calls belong to no communicator;
+  // MPI 3.1 raises their errors on MPI_COMM_WORLD, so its handler is switched for this check and
+  // restored.
   MPI_Errhandler saved;
   MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  check_throws([] { qsdp::detail::mpi_strided_bytes bad(static_cast<std::size_t>(-1), 8, "qsdp::test"); },
-               "MPI_Type_contiguous failed", "MPI_Type_contiguous error is reported");
+  check_throws(
+      [] { qsdp::detail::mpi_strided_bytes bad(static_cast<std::size_t>(-1), 8, "qsdp::test"); },
+      "MPI_Type_contiguous failed", "MPI_Type_contiguous error is reported");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, saved);
   MPI_Errhandler_free(&saved);
 }
@@ -367,9 +393,9 @@ int main(int argc, char** argv) {
     check(false, std::string("unexpected exception: ") + e.what());
   }
 
-  const int status = qsdp_mpi_test::report(
-      MPI_COMM_WORLD,
-      "mpi_communicator: " + std::to_string(world_size) + " ranks, checks summed over ranks");
+  const int status =
+      qsdp_mpi_test::report(MPI_COMM_WORLD, "mpi_communicator: " + std::to_string(world_size) +
+                                                " ranks, checks summed over ranks");
   MPI_Finalize();
   return status;
 }

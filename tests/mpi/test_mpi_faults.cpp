@@ -9,8 +9,9 @@
 //   exit    std::exit(3), without MPI_Finalize  (Open MPI kills the job: a rank exited improperly)
 //   throw   a qsdp::error that main catches, prints, and answers with MPI_Abort (what users should
 //   do) segv    raise(SIGSEGV)                      (Open MPI kills the job: a rank died on a
-//   signal) hang    rank 1 sleeps forever               (the others' fault_options::timeout ends the
-//   job) skip    rank 1 skips the last collective and calls MPI_Finalize (the timeout ends the job)
+//   signal) hang    rank 1 sleeps forever               (the others' fault_options::timeout ends
+//   the job) skip    rank 1 skips the last collective and calls MPI_Finalize (the timeout ends the
+//   job)
 // Usage: qsdp_test_mpi_faults <mode> [timeout_ms]. The default timeout is 2000 ms for none, hang
 // and skip, 0 (blocking MPI calls) for the modes where a rank dies, to show that Open MPI alone
 // ends those. Needs at least 2 ranks. tests/mpi/check_mpi_fault.cmake runs it under mpiexec (ctest:

@@ -174,9 +174,9 @@ TEST_CASE("emulated kernels: a bad header is reported once and its values become
   packet[7] = std::byte{5};  // bits
   std::vector<float> out(count, 0.0f);
   cuda::device_report failure{};
-  cuda::launch_decode(q, packet.data(), 0, 1, count,
-                      qsdp::detail::expectation_for<float>(q, count), 3, &failure,
-                      cuda::store_sink<float>{out.data(), false}, cudaStream_t{}, "simt");
+  cuda::launch_decode(q, packet.data(), 0, 1, count, qsdp::detail::expectation_for<float>(q, count),
+                      3, &failure, cuda::store_sink<float>{out.data(), false}, cudaStream_t{},
+                      "simt");
   CHECK(failure.ready == 1);
   CHECK(failure.index == 3);
   cuda::bad_header reported;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The check harness of the MPI test programs (tests/mpi), which run under mpiexec without doctest:
-// every rank counts its passed and failed checks and prints each failure with its rank; report() sums
-// the counts over the ranks, rank 0 prints "N passed, M failed", and the exit status is non-zero when
-// any check failed anywhere.
+// every rank counts its passed and failed checks and prints each failure with its rank; report()
+// sums the counts over the ranks, rank 0 prints "N passed, M failed", and the exit status is
+// non-zero when any check failed anywhere.
 #pragma once
 
 #include <mpi.h>

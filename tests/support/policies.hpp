@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// User-written policies the tests and the fuzzer drive through the codec: a deterministic one with a
-// non-trivial decode and a wire tag, and a randomized one with the largest metadata allowed (16 bytes).
-// Both stay well defined on any metadata a damaged packet may carry (NaN, inf, negative), since the
-// fuzzer decodes such packets with them.
+// User-written policies the tests and the fuzzer drive through the codec: a deterministic one with
+// a non-trivial decode and a wire tag, and a randomized one with the largest metadata allowed (16
+// bytes). Both stay well defined on any metadata a damaged packet may carry (NaN, inf, negative),
+// since the fuzzer decodes such packets with them.
 #pragma once
 
 #include <cmath>
@@ -19,7 +19,8 @@ namespace qsdp_test {
 struct power_of_two_quantizer {
   static constexpr int bits = 4;
   static constexpr bool randomized = false;
-  static constexpr std::uint32_t wire_tag = 0x506f7732;  // "Pow2": tells it apart from other user types
+  static constexpr std::uint32_t wire_tag =
+      0x506f7732;  // "Pow2": tells it apart from other user types
   std::size_t bucket_size = 128;
   using meta_type = float;
   QSDP_HOST_DEVICE meta_type fit(const qsdp::bucket_stats& s) const { return s.abs_max; }
@@ -38,8 +39,8 @@ struct power_of_two_quantizer {
   }
 };
 
-/// A randomized user policy: 1-bit stochastic sign with the bucket's abs-max, unbiased, with 16-byte
-/// metadata (the largest allowed).
+/// A randomized user policy: 1-bit stochastic sign with the bucket's abs-max, unbiased, with
+/// 16-byte metadata (the largest allowed).
 struct stochastic_sign {
   static constexpr int bits = 1;
   static constexpr bool randomized = true;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the tests: data generators, the error bounds every policy promises (computed here
-// independently of the library, in double, from each bucket's true min / max), and error_of.
+// Helpers shared by the tests: data generators, the error bounds every policy promises (computed
+// here independently of the library, in double, from each bucket's true min / max), and error_of.
 #pragma once
 
 #include <algorithm>
@@ -36,11 +36,16 @@ enum class distribution { normal, uniform, lognormal, gradient_with_outliers, mi
 
 inline const char* name(distribution d) {
   switch (d) {
-    case distribution::normal: return "normal";
-    case distribution::uniform: return "uniform";
-    case distribution::lognormal: return "lognormal";
-    case distribution::gradient_with_outliers: return "gradient_with_outliers";
-    case distribution::mixed_scale: return "mixed_scale";
+    case distribution::normal:
+      return "normal";
+    case distribution::uniform:
+      return "uniform";
+    case distribution::lognormal:
+      return "lognormal";
+    case distribution::gradient_with_outliers:
+      return "gradient_with_outliers";
+    case distribution::mixed_scale:
+      return "mixed_scale";
   }
   return "?";
 }
@@ -56,9 +61,15 @@ inline std::vector<float> make_data(distribution d, std::size_t n, std::uint32_t
   std::vector<float> x(n);
   for (std::size_t i = 0; i < n; ++i) {
     switch (d) {
-      case distribution::normal: x[i] = normal(rng); break;
-      case distribution::uniform: x[i] = uni(rng); break;
-      case distribution::lognormal: x[i] = std::exp(2.0f * normal(rng)); break;
+      case distribution::normal:
+        x[i] = normal(rng);
+        break;
+      case distribution::uniform:
+        x[i] = uni(rng);
+        break;
+      case distribution::lognormal:
+        x[i] = std::exp(2.0f * normal(rng));
+        break;
       case distribution::gradient_with_outliers:
         x[i] = (rng() % 97 == 0) ? 100.0f * normal(rng) : 1e-4f * normal(rng);
         break;
@@ -91,25 +102,33 @@ template <class T>
 constexpr double output_epsilon() {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return 0x1p-24;
 #if QSDP_HAS_CUDA_HALF
-  else if constexpr (std::is_same_v<T, __half>) return 0x1p-11;
-  else return 0x1p-8;  // bf16
+  else if constexpr (std::is_same_v<T, __half>)
+    return 0x1p-11;
+  else
+    return 0x1p-8;  // bf16
 #else
-  else return 0x1p-24;
+  else
+    return 0x1p-24;
 #endif
 }
 
-/// Largest error policy Q may make on a bucket with these true (double) statistics, rounding included.
+/// Largest error policy Q may make on a bucket with these true (double) statistics, rounding
+/// included.
 template <class Q, class T>
 double error_bound(double lo, double hi) {
   const double abs_max = std::max(std::abs(lo), std::abs(hi));
   double quantization = 0.0;
   constexpr int B = Q::bits;
-  if constexpr (Q::wire_id == 1) quantization = (hi - lo) / ((1 << B) - 1) / 2;
-  else if constexpr (Q::wire_id == 2) quantization = (hi - lo) / ((1 << B) - 1);
-  else if constexpr (Q::wire_id == 3) quantization = abs_max / (B == 1 ? 0.5 : (1 << (B - 1)) - 1) / 2;
-  else if constexpr (Q::wire_id == 4) quantization = (hi - lo) / ((1 << B) - 2) / 2;
-  // Float rounding: the grid computation (a few float ulps), the output type's rounding of the result
-  // (which may sit up to one quantization step beyond the data), and the denormal floor.
+  if constexpr (Q::wire_id == 1)
+    quantization = (hi - lo) / ((1 << B) - 1) / 2;
+  else if constexpr (Q::wire_id == 2)
+    quantization = (hi - lo) / ((1 << B) - 1);
+  else if constexpr (Q::wire_id == 3)
+    quantization = abs_max / (B == 1 ? 0.5 : (1 << (B - 1)) - 1) / 2;
+  else if constexpr (Q::wire_id == 4)
+    quantization = (hi - lo) / ((1 << B) - 2) / 2;
+  // Float rounding: the grid computation (a few float ulps), the output type's rounding of the
+  // result (which may sit up to one quantization step beyond the data), and the denormal floor.
   const double reach = abs_max + 2 * quantization;
   return quantization * (1 + 1e-6) + 4 * 0x1p-24 * reach + output_epsilon<T>() * reach + 1e-40 +
          (output_epsilon<T>() > 0x1p-24 ? 0x1p-24 : 0.0);
@@ -130,8 +149,8 @@ std::string check_bounds(const Q& q, const std::vector<T>& x, const std::vector<
     for (std::size_t i = begin; i < end; ++i) {
       const double xi = to_f(x[i]), yi = to_f(y[i]);
       if (!std::isfinite(yi) || std::abs(xi - yi) > bound)
-        return "value " + std::to_string(i) + ": x=" + std::to_string(xi) + " decoded=" +
-               std::to_string(yi) + " error=" + std::to_string(std::abs(xi - yi)) +
+        return "value " + std::to_string(i) + ": x=" + std::to_string(xi) +
+               " decoded=" + std::to_string(yi) + " error=" + std::to_string(std::abs(xi - yi)) +
                " bound=" + std::to_string(bound);
     }
   }
@@ -155,10 +174,12 @@ void for_each_policy(std::size_t bucket_size, std::uint64_t seed, Fn&& fn) {
     (fn(qsdp::uniform<B + 1>{.bucket_size = bucket_size}), ...);
     (fn(qsdp::stochastic<B + 1>{.bucket_size = bucket_size, .seed = seed}), ...);
     (fn(qsdp::symmetric<B + 1>{.bucket_size = bucket_size}), ...);
-  }(std::make_integer_sequence<int, 8>{});
+  }
+  (std::make_integer_sequence<int, 8>{});
   [&]<int... B>(std::integer_sequence<int, B...>) {
     (fn(qsdp::random_shift<B + 2>{.bucket_size = bucket_size, .seed = seed}), ...);
-  }(std::make_integer_sequence<int, 7>{});
+  }
+  (std::make_integer_sequence<int, 7>{});
 }
 
 template <class Q>

@@ -29,7 +29,6 @@ int main() {
       return 1;
     }
   }
-  std::printf("qsdp consumer: %zu values round-tripped through %zu bytes\n", x.size(),
-              p.size());
+  std::printf("qsdp consumer: %zu values round-tripped through %zu bytes\n", x.size(), p.size());
   return 0;
 }

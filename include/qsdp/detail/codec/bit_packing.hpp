@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Dense packing of B-bit codes (B = 1..8), LSB-first: code i occupies bits [i*B, (i+1)*B) of the code
-// stream, and bit j of the stream is bit j%8 of byte j/8. Eight codes always fill exactly B bytes, so the
-// packers work on groups of eight; the unpacker also accepts a start that is not a multiple of eight.
+// Dense packing of B-bit codes (B = 1..8), LSB-first: code i occupies bits [i*B, (i+1)*B) of the
+// code stream, and bit j of the stream is bit j%8 of byte j/8. Eight codes always fill exactly B
+// bytes, so the packers work on groups of eight; the unpacker also accepts a start that is not a
+// multiple of eight.
 #pragma once
 
 #include <cstddef>
@@ -84,9 +85,9 @@ QSDP_FORCE_INLINE void unpack_codes(const std::byte* stream, std::size_t start, 
   }
 }
 
-/// Collects codes in a staging buffer aligned to groups of eight in the stream and packs full buffers,
-/// so codes of consecutive buckets share bytes without read-modify-write. For B = 8 codes go straight
-/// to the packet.
+/// Collects codes in a staging buffer aligned to groups of eight in the stream and packs full
+/// buffers, so codes of consecutive buckets share bytes without read-modify-write. For B = 8 codes
+/// go straight to the packet.
 template <int B, std::size_t Capacity = 2048>
 class code_writer {
   static_assert(Capacity % 8 == 0);
@@ -96,12 +97,16 @@ class code_writer {
 
   /// Room for up to space() codes, to be filled and then commit()ed.
   std::uint8_t* slots() {
-    if constexpr (B == 8) return reinterpret_cast<std::uint8_t*>(stream_) + written_;
-    else return staging_ + fill_;
+    if constexpr (B == 8)
+      return reinterpret_cast<std::uint8_t*>(stream_) + written_;
+    else
+      return staging_ + fill_;
   }
   std::size_t space() const {
-    if constexpr (B == 8) return Capacity;
-    else return Capacity - fill_;
+    if constexpr (B == 8)
+      return Capacity;
+    else
+      return Capacity - fill_;
   }
   void commit(std::size_t n) {
     if constexpr (B == 8) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The argument and packet checks every codec call makes, host or device, and the random-stream
-// position an encode takes from its policy: stated once, so the two codecs refuse the same inputs with
-// the same messages.
+// position an encode takes from its policy: stated once, so the two codecs refuse the same inputs
+// with the same messages.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +19,9 @@ namespace qsdp::detail {
 
 template <class T>
 consteval void require_element() {
-  static_assert(element<T>, "qsdp codec: element type must be float, double, __half or __nv_bfloat16"
-                            " (the last two need the CUDA toolkit's cuda_fp16.h / cuda_bf16.h)");
+  static_assert(element<T>,
+                "qsdp codec: element type must be float, double, __half or __nv_bfloat16"
+                " (the last two need the CUDA toolkit's cuda_fp16.h / cuda_bf16.h)");
 }
 
 template <class Q>
@@ -40,7 +41,6 @@ inline void check_count(std::size_t count, const char* where) {
                       "; expected at most 2^56");
 }
 
-
 /// Reads and checks the header of a packet that a decoder of Q will read as `count` values of T
 /// (for accumulation T is the packet's own type: element < 0). Returns the packet's layout.
 template <class Q>
@@ -57,8 +57,9 @@ packet_layout validated_layout(const Q& q, const std::byte* packet, std::size_t 
   const packet_header h = read_header(packet);
   check_header(h, expectation_for(q, count, element), where);
   const packet_layout l =
-      is_identity<Q> ? make_layout(h.bits, 0, 0, count)
-                     : make_layout(h.bits, h.meta_size, static_cast<std::size_t>(h.bucket_size), count);
+      is_identity<Q>
+          ? make_layout(h.bits, 0, 0, count)
+          : make_layout(h.bits, h.meta_size, static_cast<std::size_t>(h.bucket_size), count);
   if (available < l.total)
     throw qsdp::error(std::string(where) + ": packet buffer holds " + std::to_string(available) +
                       " bytes, but a packet of " + std::to_string(count) + " values needs " +
@@ -71,9 +72,10 @@ inline constexpr std::size_t unknown_size = ~std::size_t{0};
 template <class Q>
 rng_key next_key(const Q& q) {
   if constexpr (randomized_elements<Q>() || randomized_buckets<Q>()) {
-    static_assert(requires { q.calls.advance(); },
-                  "qsdp::encode: a randomized policy needs a member `qsdp::call_counter calls` so that "
-                  "every call draws fresh numbers; or pass a qsdp::rng_position explicitly");
+    static_assert(
+        requires { q.calls.advance(); },
+        "qsdp::encode: a randomized policy needs a member `qsdp::call_counter calls` so that "
+        "every call draws fresh numbers; or pass a qsdp::rng_position explicitly");
     return {seed_of(q), q.calls.advance(), 0};
   } else {
     return {seed_of(q), 0, 0};

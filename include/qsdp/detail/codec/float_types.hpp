@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Element types of the codec and their conversions to and from float. The half-precision conversions are
-// written out bit by bit (round to nearest even, denormals kept) instead of calling the CUDA headers'
-// helpers: the same code then runs on the host and the GPU, so decoded values agree to the bit, and the
-// host side stays fast without F16C.
+// Element types of the codec and their conversions to and from float. The half-precision
+// conversions are written out bit by bit (round to nearest even, denormals kept) instead of calling
+// the CUDA headers' helpers: the same code then runs on the host and the GPU, so decoded values
+// agree to the bit, and the host side stays fast without F16C.
 #pragma once
 
 #include <bit>
@@ -26,10 +26,14 @@ enum class element_type : std::uint8_t { f32 = 1, f64 = 2, f16 = 3, bf16 = 4 };
 
 QSDP_HOST_DEVICE constexpr const char* element_type_name(element_type t) {
   switch (t) {
-    case element_type::f32: return "float";
-    case element_type::f64: return "double";
-    case element_type::f16: return "__half";
-    case element_type::bf16: return "__nv_bfloat16";
+    case element_type::f32:
+      return "float";
+    case element_type::f64:
+      return "double";
+    case element_type::f16:
+      return "__half";
+    case element_type::bf16:
+      return "__nv_bfloat16";
   }
   return "unknown";
 }
@@ -127,10 +131,12 @@ struct element_traits<__nv_bfloat16>
 #endif
 
 template <class T>
-concept element = requires { element_traits<std::remove_cv_t<T>>::tag; };
+concept element = requires {
+  element_traits<std::remove_cv_t<T>>::tag;
+};
 
-/// Narrow a decoded float to T without letting a finite value become inf (a quantization grid may reach a
-/// little past the input's largest value). Infinities and NaN pass through unchanged.
+/// Narrow a decoded float to T without letting a finite value become inf (a quantization grid may
+/// reach a little past the input's largest value). Infinities and NaN pass through unchanged.
 template <class T>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE T saturating_from_float(float v) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {

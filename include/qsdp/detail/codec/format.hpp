@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The packet layout (docs/wire-format.md is the reference): header, per-bucket metadata, non-finite bucket
-// flags, packed codes; each section starts at a multiple of 16 bytes and the packet's size is one too,
-// so packets of one call can sit back to back in one buffer.
+// The packet layout (docs/wire-format.md is the reference): header, per-bucket metadata, non-finite
+// bucket flags, packed codes; each section starts at a multiple of 16 bytes and the packet's size
+// is one too, so packets of one call can sit back to back in one buffer.
 #pragma once
 
 // tests/CMakeLists.txt checks that no transport header pulls the wire format in.
@@ -28,9 +28,10 @@ inline constexpr std::size_t packet_alignment = 16;
 struct packet_header {
   std::uint32_t magic;
   std::uint16_t version;
-  std::uint8_t quantizer_id;  // 1 uniform, 2 stochastic, 3 symmetric, 4 random_shift, 5 identity, 0 user
-  std::uint8_t bits;          // code width; for identity 8 * sizeof(element)
-  std::uint8_t element;       // element_type of the encoded values
+  std::uint8_t
+      quantizer_id;      // 1 uniform, 2 stochastic, 3 symmetric, 4 random_shift, 5 identity, 0 user
+  std::uint8_t bits;     // code width; for identity 8 * sizeof(element)
+  std::uint8_t element;  // element_type of the encoded values
   std::uint8_t meta_size;     // bytes of metadata per bucket
   std::uint16_t reserved;     // 0
   std::uint32_t wire_tag;     // user policies' optional `wire_tag`; 0 for the built-ins
@@ -88,18 +89,25 @@ inline std::string hex32(std::uint32_t v) {
 
 inline const char* quantizer_id_name(std::uint8_t id) {
   switch (id) {
-    case 0: return "user-defined";
-    case 1: return "uniform";
-    case 2: return "stochastic";
-    case 3: return "symmetric";
-    case 4: return "random_shift";
-    case 5: return "identity";
-    default: return "unknown";
+    case 0:
+      return "user-defined";
+    case 1:
+      return "uniform";
+    case 2:
+      return "stochastic";
+    case 3:
+      return "symmetric";
+    case 4:
+      return "random_shift";
+    case 5:
+      return "identity";
+    default:
+      return "unknown";
   }
 }
 
-/// What a decoder expects to find in a header. bits 0 stands for raw values (identity): the packet's
-/// element type must be one qsdp writes and bits its width.
+/// What a decoder expects to find in a header. bits 0 stands for raw values (identity): the
+/// packet's element type must be one qsdp writes and bits its width.
 struct header_expectation {
   std::uint8_t quantizer_id;
   std::uint32_t wire_tag;
@@ -130,13 +138,14 @@ enum class header_field : std::uint8_t {
   reserved
 };
 
-/// The first field in which `h` differs from what `want` describes, or none: the one statement of what
-/// a valid header is, run by the host decoders (check_header) and by the device kernels.
+/// The first field in which `h` differs from what `want` describes, or none: the one statement of
+/// what a valid header is, run by the host decoders (check_header) and by the device kernels.
 QSDP_HOST_DEVICE constexpr header_field header_mismatch(const packet_header& h,
                                                         const header_expectation& want) {
   if (h.magic != packet_magic) return header_field::magic;
   if (h.version != packet_version) return header_field::version;
-  if (h.quantizer_id != want.quantizer_id || h.wire_tag != want.wire_tag) return header_field::quantizer;
+  if (h.quantizer_id != want.quantizer_id || h.wire_tag != want.wire_tag)
+    return header_field::quantizer;
   if (want.element >= 0 && h.element != want.element) return header_field::element;
   const bool raw = want.bits == 0;
   if (raw && raw_bits_of(h.element) == 0) return header_field::unknown_element;
@@ -149,13 +158,15 @@ QSDP_HOST_DEVICE constexpr header_field header_mismatch(const packet_header& h,
 }
 
 /// Throws qsdp::error naming the first field of `h` that differs from `want`, with both values.
-inline void check_header(const packet_header& h, const header_expectation& want, const char* where) {
+inline void check_header(const packet_header& h, const header_expectation& want,
+                         const char* where) {
   const header_field field = header_mismatch(h, want);
   if (field == header_field::none) return;
   const auto num = [](auto v) { return std::to_string(v); };
   std::string what;
   switch (field) {
-    case header_field::none: break;
+    case header_field::none:
+      break;
     case header_field::magic:
       what = "not a qsdp packet: magic " + hex32(h.magic) + ", expected " + hex32(packet_magic) +
              " (corrupt or misplaced buffer)";
@@ -171,8 +182,9 @@ inline void check_header(const packet_header& h, const header_expectation& want,
              num(want.wire_tag) + ")";
       break;
     case header_field::element:
-      what = std::string("packet holds ") + element_type_name(static_cast<element_type>(h.element)) +
-             " values (type " + num(h.element) + "), decoder expects " +
+      what = std::string("packet holds ") +
+             element_type_name(static_cast<element_type>(h.element)) + " values (type " +
+             num(h.element) + "), decoder expects " +
              element_type_name(static_cast<element_type>(want.element));
       break;
     case header_field::unknown_element:
@@ -183,7 +195,8 @@ inline void check_header(const packet_header& h, const header_expectation& want,
              num(want.bits == 0 ? raw_bits_of(h.element) : want.bits);
       break;
     case header_field::bucket_size:
-      what = "packet bucket_size " + num(h.bucket_size) + ", decoder expects " + num(want.bucket_size);
+      what =
+          "packet bucket_size " + num(h.bucket_size) + ", decoder expects " + num(want.bucket_size);
       break;
     case header_field::meta_size:
       what = "packet has " + num(h.meta_size) + " bytes of metadata per bucket, decoder expects " +
@@ -211,8 +224,10 @@ QSDP_HOST_DEVICE constexpr std::size_t meta_size_of() {
 /// The layout of a packet of `count` values of T encoded with q.
 template <class Q, class T>
 QSDP_HOST_DEVICE packet_layout layout_for(const Q& q, std::size_t count) {
-  if constexpr (is_identity<Q>) return make_layout(8 * sizeof(T), 0, 0, count);
-  else return make_layout(Q::bits, sizeof(typename Q::meta_type), q.bucket_size, count);
+  if constexpr (is_identity<Q>)
+    return make_layout(8 * sizeof(T), 0, 0, count);
+  else
+    return make_layout(Q::bits, sizeof(typename Q::meta_type), q.bucket_size, count);
 }
 
 /// Writes what a packet header and a call descriptor both say about the encoder: the policy

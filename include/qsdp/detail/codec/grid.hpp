@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The affine grids of the built-in policies: the one statement of their arithmetic. A built-in policy
-// describes, for one bucket's metadata, where its codes sit (code_grid) and what each code stands for
-// (value_grid); its scalar encode and decode evaluate these grids with grid_code and grid_value, the
-// CUDA kernels run those scalar functions, and the host's AVX2 loops (detail/host/avx2.hpp) evaluate
-// the very same grids with the same IEEE operations in the same order, lane by lane. A change of a
-// policy's math is a change of its grids, and reaches every path at once.
+// The affine grids of the built-in policies: the one statement of their arithmetic. A built-in
+// policy describes, for one bucket's metadata, where its codes sit (code_grid) and what each code
+// stands for (value_grid); its scalar encode and decode evaluate these grids with grid_code and
+// grid_value, the CUDA kernels run those scalar functions, and the host's AVX2 loops
+// (detail/host/avx2.hpp) evaluate the very same grids with the same IEEE operations in the same
+// order, lane by lane. A change of a policy's math is a change of its grids, and reaches every path
+// at once.
 //
-// The arithmetic is in double with explicit fma: exact at the edges of float's range (max - min of two
-// floats near FLT_MAX, ranges of denormals), and bit-identical wherever it runs, since every operation
-// is IEEE-rounded the same way on the host and on the GPU (nvcc and g++ would contract a * b + c
-// differently; an explicit fma leaves them nothing to choose).
+// The arithmetic is in double with explicit fma: exact at the edges of float's range (max - min of
+// two floats near FLT_MAX, ranges of denormals), and bit-identical wherever it runs, since every
+// operation is IEEE-rounded the same way on the host and on the GPU (nvcc and g++ would contract a
+// * b + c differently; an explicit fma leaves them nothing to choose).
 #pragma once
 
 #include <cmath>
@@ -28,8 +29,8 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE double fma_d(double a, double b, double c) {
 #endif
 }
 
-/// floor() of a value already clamped to [0, top]: truncation is the same there, and unlike floor it
-/// vectorizes on the host without -fno-trapping-math.
+/// floor() of a value already clamped to [0, top]: truncation is the same there, and unlike floor
+/// it vectorizes on the host without -fno-trapping-math.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t floor_nonnegative(double clamped) {
   return static_cast<std::uint32_t>(static_cast<std::int32_t>(clamped));
 }
@@ -57,9 +58,8 @@ struct code_grid {
 };
 
 /// What a code stands for:
-///   c = (code + shift) + fraction        (two additions: shift is an integer, so the first is exact)
-///   v = product ? c * step : fma(c, step, base)
-///   v = clamp(v, lo, hi) when clamp
+///   c = (code + shift) + fraction        (two additions: shift is an integer, so the first is
+///   exact) v = product ? c * step : fma(c, step, base) v = clamp(v, lo, hi) when clamp
 /// then rounded to float. `product` is not fma(c, step, 0): for c * step rounding to -0 that would
 /// give +0.
 struct value_grid {
@@ -98,9 +98,9 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE code_grid range_code_grid(float min, float ma
 
 /// min + (code + shift + fraction) * step, step = (max - min) / intervals, optionally saturated to
 /// float's finite range. In double, max - min stays finite even beyond FLT_MAX.
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE value_grid range_value_grid(float min, float max, double intervals,
-                                                               double shift, double fraction,
-                                                               bool saturate) {
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE value_grid range_value_grid(float min, float max,
+                                                               double intervals, double shift,
+                                                               double fraction, bool saturate) {
   const double step = (static_cast<double>(max) - static_cast<double>(min)) / intervals;
   return {false, shift, fraction, step, static_cast<double>(min), saturate, -float_max, float_max};
 }

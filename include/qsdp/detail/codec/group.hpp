@@ -17,8 +17,8 @@
 #include "../../quantizers.hpp"
 #include "float_types.hpp"
 #include "format.hpp"
-#include "statistics.hpp"
 #include "philox.hpp"
+#include "statistics.hpp"
 
 namespace qsdp::detail {
 

@@ -47,7 +47,9 @@ concept has_bucket_size = requires(const Q& q) {
   { q.bucket_size } -> std::convertible_to<std::size_t>;
 };
 template <class Q>
-concept has_meta_type = requires { typename Q::meta_type; };
+concept has_meta_type = requires {
+  typename Q::meta_type;
+};
 template <class Q>
 concept has_fit = requires(const Q& q, const bucket_stats& s) {
   { q.fit(s) } -> std::same_as<typename Q::meta_type>;
@@ -64,7 +66,8 @@ template <class Q>
 concept valid_bits = Q::bits >= 1 && Q::bits <= 8;
 template <class Q>
 concept valid_meta = std::is_trivially_copyable_v<typename Q::meta_type> &&
-                     sizeof(typename Q::meta_type) <= 16 && alignof(typename Q::meta_type) <= 16;
+                         sizeof(typename Q::meta_type) <= 16 &&
+                     alignof(typename Q::meta_type) <= 16;
 
 /// One readable diagnostic per missing member, instead of a wall of unsatisfied constraints.
 template <class Q>
@@ -72,31 +75,39 @@ consteval void require_policy() {
   if constexpr (std::same_as<std::remove_cv_t<Q>, identity>) {
     return;
   } else if constexpr (!has_bits<Q>) {
-    static_assert(has_bits<Q>, "type does not satisfy qsdp::quantizer: missing member "
-                               "`static constexpr int bits` (code width, 1..8)");
+    static_assert(has_bits<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member "
+                  "`static constexpr int bits` (code width, 1..8)");
   } else if constexpr (!valid_bits<Q>) {
     static_assert(valid_bits<Q>, "type does not satisfy qsdp::quantizer: `bits` must be 1..8");
   } else if constexpr (!has_randomized<Q>) {
-    static_assert(has_randomized<Q>, "type does not satisfy qsdp::quantizer: missing member "
-                                     "`static constexpr bool randomized`");
+    static_assert(has_randomized<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member "
+                  "`static constexpr bool randomized`");
   } else if constexpr (!has_bucket_size<Q>) {
-    static_assert(has_bucket_size<Q>, "type does not satisfy qsdp::quantizer: missing member "
-                                      "`std::size_t bucket_size`");
+    static_assert(has_bucket_size<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member "
+                  "`std::size_t bucket_size`");
   } else if constexpr (!has_meta_type<Q>) {
-    static_assert(has_meta_type<Q>, "type does not satisfy qsdp::quantizer: missing member type "
-                                    "`meta_type` (per-bucket metadata)");
+    static_assert(has_meta_type<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member type "
+                  "`meta_type` (per-bucket metadata)");
   } else if constexpr (!valid_meta<Q>) {
-    static_assert(valid_meta<Q>, "type does not satisfy qsdp::quantizer: `meta_type` must be "
-                                 "trivially copyable and at most 16 bytes");
+    static_assert(valid_meta<Q>,
+                  "type does not satisfy qsdp::quantizer: `meta_type` must be "
+                  "trivially copyable and at most 16 bytes");
   } else if constexpr (!has_fit<Q>) {
-    static_assert(has_fit<Q>, "type does not satisfy qsdp::quantizer: missing member "
-                              "`meta_type fit(const qsdp::bucket_stats&) const`");
+    static_assert(has_fit<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member "
+                  "`meta_type fit(const qsdp::bucket_stats&) const`");
   } else if constexpr (!has_encode<Q>) {
-    static_assert(has_encode<Q>, "type does not satisfy qsdp::quantizer: missing member "
-                                 "`std::uint32_t encode(float x, const meta_type&, float u) const`");
+    static_assert(has_encode<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member "
+                  "`std::uint32_t encode(float x, const meta_type&, float u) const`");
   } else if constexpr (!has_decode<Q>) {
-    static_assert(has_decode<Q>, "type does not satisfy qsdp::quantizer: missing member "
-                                 "`float decode(std::uint32_t code, const meta_type&) const`");
+    static_assert(has_decode<Q>,
+                  "type does not satisfy qsdp::quantizer: missing member "
+                  "`float decode(std::uint32_t code, const meta_type&) const`");
   }
 }
 
@@ -105,32 +116,42 @@ inline constexpr bool is_identity = std::same_as<std::remove_cv_t<Q>, identity>;
 
 template <class Q>
 consteval bool randomized_elements() {
-  if constexpr (is_identity<Q>) return false;
-  else return Q::randomized;
+  if constexpr (is_identity<Q>)
+    return false;
+  else
+    return Q::randomized;
 }
 
 template <class Q>
 consteval bool randomized_buckets() {
-  if constexpr (requires { Q::randomized_buckets; }) return Q::randomized_buckets;
-  else return false;
+  if constexpr (requires { Q::randomized_buckets; })
+    return Q::randomized_buckets;
+  else
+    return false;
 }
 
 template <class Q>
 consteval std::uint8_t wire_id() {
-  if constexpr (requires { Q::wire_id; }) return Q::wire_id;
-  else return 0;  // user-defined
+  if constexpr (requires { Q::wire_id; })
+    return Q::wire_id;
+  else
+    return 0;  // user-defined
 }
 
 template <class Q>
 consteval std::uint32_t wire_tag() {
-  if constexpr (requires { Q::wire_tag; }) return static_cast<std::uint32_t>(Q::wire_tag);
-  else return 0;
+  if constexpr (requires { Q::wire_tag; })
+    return static_cast<std::uint32_t>(Q::wire_tag);
+  else
+    return 0;
 }
 
 template <class Q>
 std::uint64_t seed_of(const Q& q) {
-  if constexpr (requires { q.seed; }) return static_cast<std::uint64_t>(q.seed);
-  else return 0;
+  if constexpr (requires { q.seed; })
+    return static_cast<std::uint64_t>(q.seed);
+  else
+    return 0;
 }
 
 }  // namespace qsdp::detail

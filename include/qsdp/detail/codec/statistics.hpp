@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// A bucket's statistics, computed once for every path: the host loops (scalar and AVX2) and the CUDA
-// kernels all accumulate partial_stats and turn them into a policy's metadata with fit_bucket, so the
-// metadata a packet carries cannot depend on who computed it.
+// A bucket's statistics, computed once for every path: the host loops (scalar and AVX2) and the
+// CUDA kernels all accumulate partial_stats and turn them into a policy's metadata with fit_bucket,
+// so the metadata a packet carries cannot depend on who computed it.
 #pragma once
 
 #include <cstddef>

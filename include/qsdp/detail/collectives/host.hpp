@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The collectives on host buffers (declared and documented in qsdp/collectives.hpp): the pipelines of
-// pipeline.hpp with the host codec and the communicator's byte exchanges, in the scratch that
+// The collectives on host buffers (declared and documented in qsdp/collectives.hpp): the pipelines
+// of pipeline.hpp with the host codec and the communicator's byte exchanges, in the scratch that
 // plan_scratch lays out in the communicator's workspace.
 #pragma once
 
@@ -48,14 +48,15 @@ void check_received(const Q& q, const std::byte* packet, std::size_t count, int 
   try {
     validated_layout(q, packet, count, is_identity<Q> ? element : -1, packet_bytes, where);
   } catch (const qsdp::error& e) {
-    throw qsdp::error(std::string(e.what()) + " (in the packet from rank " + std::to_string(from) + ")");
+    throw qsdp::error(std::string(e.what()) + " (in the packet from rank " + std::to_string(from) +
+                      ")");
   }
 }
 
-/// The collective pipeline's steps on host buffers (detail/collectives/pipeline.hpp): the host codec
-/// and the communicator's exchanges. Constructing one does what every host collective does first:
-/// checks the arguments, plans the call, takes its scratch from the communicator's workspace and has
-/// the ranks agree on the call (ranks that called differently all throw).
+/// The collective pipeline's steps on host buffers (detail/collectives/pipeline.hpp): the host
+/// codec and the communicator's exchanges. Constructing one does what every host collective does
+/// first: checks the arguments, plans the call, takes its scratch from the communicator's workspace
+/// and has the ranks agree on the call (ranks that called differently all throw).
 template <class Comm, class Q, class T>
 class host_steps {
  public:
@@ -96,8 +97,9 @@ class host_steps {
     }
   }
 
-  /// The world packets, headers checked, summed in fp32 in rank order (then averaged for avg) in the
-  /// scratch's accumulator, and rounded to T plainly: a sum that overflows T is inf, never clipped.
+  /// The world packets, headers checked, summed in fp32 in rank order (then averaged for avg) in
+  /// the scratch's accumulator, and rounded to T plainly: a sum that overflows T is inf, never
+  /// clipped.
   void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
     for (int r = 0; r < world(); ++r)
       check_received(q_, packets + static_cast<std::size_t>(r) * packet_bytes, count, element_tag,
@@ -141,7 +143,8 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 }
 
 template <communicator Comm, class Q, class T>
-void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op) {
+void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                    reduce_op op) {
   detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter, op, send,
                                        recv, count, "qsdp::reduce_scatter");
   detail::run_collective(steps, q, send, recv, count);

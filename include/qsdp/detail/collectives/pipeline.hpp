@@ -8,10 +8,10 @@
 //   all_reduce:     reduce_scatter of the data padded to world shards, then all_gather of the
 //                   reduced shard (every rank ends bit-identical)
 //
-// The Steps object does each step on its side: detail/collectives/host.hpp's host_steps with the host
-// codec and a communicator, detail/cuda/device_collectives.cuh's device_steps with kernels ordered
-// on a stream. Both draw the same random streams (chunk_stream) and write the same packets, so host
-// and device collectives give bit-identical results. A Steps type provides:
+// The Steps object does each step on its side: detail/collectives/host.hpp's host_steps with the
+// host codec and a communicator, detail/cuda/device_collectives.cuh's device_steps with kernels
+// ordered on a stream. Both draw the same random streams (chunk_stream) and write the same packets,
+// so host and device collectives give bit-identical results. A Steps type provides:
 //   rank(), world()                              the communicator's
 //   plan(), scratch()                            the collective_call and its scratch (plan_scratch)
 //   encode(src, count, packet, key)              one packet of `count` values

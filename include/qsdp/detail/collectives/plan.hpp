@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // What the host and the device collectives share (collectives.hpp declares the calls; detail/
-// collectives/host.hpp and detail/cuda/device_collectives.cuh run them): the 64-byte call descriptor
-// the ranks agree on before any payload moves, the random stream of each (rank, chunk), the argument
-// checks, and the one layout of a collective's scratch.
+// collectives/host.hpp and detail/cuda/device_collectives.cuh run them): the 64-byte call
+// descriptor the ranks agree on before any payload moves, the random stream of each (rank, chunk),
+// the argument checks, and the one layout of a collective's scratch.
 #pragma once
 
 #include <cstddef>
@@ -27,10 +27,14 @@ enum class collective_kind : std::uint32_t { all_gather = 1, reduce_scatter = 2,
 
 inline const char* collective_name(std::uint32_t kind) {
   switch (kind) {
-    case 1: return "all_gather";
-    case 2: return "reduce_scatter";
-    case 3: return "all_reduce";
-    default: return "unknown collective";
+    case 1:
+      return "all_gather";
+    case 2:
+      return "reduce_scatter";
+    case 3:
+      return "all_reduce";
+    default:
+      return "unknown collective";
   }
 }
 
@@ -41,7 +45,7 @@ struct call_descriptor {
   std::uint32_t op;           // reduce_op, 0 for all_gather
   std::uint8_t quantizer_id;  // as in packet headers
   std::uint8_t bits;
-  std::uint8_t element;       // element_type
+  std::uint8_t element;  // element_type
   std::uint8_t meta_size;
   std::uint32_t wire_tag;
   std::uint32_t world;
@@ -78,10 +82,14 @@ inline std::string describe_mismatch(const call_descriptor& mine, int my_rank,
     return "rank " + std::to_string(peer) + " sent no valid call descriptor (magic " +
            hex32(theirs.magic) + "): it is running another collective or another library version";
   if (theirs.collective != mine.collective)
-    return differ("collective", collective_name(mine.collective), collective_name(theirs.collective));
+    return differ("collective", collective_name(mine.collective),
+                  collective_name(theirs.collective));
   if (theirs.quantizer_id != mine.quantizer_id || theirs.wire_tag != mine.wire_tag)
-    return differ("quantizer", std::string(quantizer_id_name(mine.quantizer_id)) + " (tag " + num(mine.wire_tag) + ")",
-                  std::string(quantizer_id_name(theirs.quantizer_id)) + " (tag " + num(theirs.wire_tag) + ")");
+    return differ(
+        "quantizer",
+        std::string(quantizer_id_name(mine.quantizer_id)) + " (tag " + num(mine.wire_tag) + ")",
+        std::string(quantizer_id_name(theirs.quantizer_id)) + " (tag " + num(theirs.wire_tag) +
+            ")");
   if (theirs.bits != mine.bits) return differ("bits", num(mine.bits), num(theirs.bits));
   if (theirs.bucket_size != mine.bucket_size)
     return differ("bucket_size", num(mine.bucket_size), num(theirs.bucket_size));
@@ -97,8 +105,8 @@ inline std::string describe_mismatch(const call_descriptor& mine, int my_rank,
   return "";
 }
 
-/// Throws on every rank alike if any rank's descriptor (world of them, back to back in `all`) differs
-/// from another's: each rank compares all descriptors with rank 0's.
+/// Throws on every rank alike if any rank's descriptor (world of them, back to back in `all`)
+/// differs from another's: each rank compares all descriptors with rank 0's.
 inline void check_descriptors(const std::byte* all, int world, const char* where) {
   call_descriptor first;
   std::memcpy(&first, all, sizeof first);
@@ -106,41 +114,44 @@ inline void check_descriptors(const std::byte* all, int world, const char* where
     call_descriptor theirs;
     std::memcpy(&theirs, all + static_cast<std::size_t>(peer) * sizeof theirs, sizeof theirs);
     const std::string mismatch = describe_mismatch(first, 0, theirs, peer);
-    if (!mismatch.empty())
-      throw qsdp::error(std::string(where) + ": ranks disagree: " + mismatch);
+    if (!mismatch.empty()) throw qsdp::error(std::string(where) + ": ranks disagree: " + mismatch);
   }
 }
 
-
 inline void check_world(int size, const char* where) {
-  if (size < 1) throw qsdp::error(std::string(where) + ": communicator size is " + std::to_string(size));
+  if (size < 1)
+    throw qsdp::error(std::string(where) + ": communicator size is " + std::to_string(size));
   const auto world = static_cast<std::uint64_t>(size);
   if (world * world >= (std::uint64_t{1} << 31))
     throw qsdp::error(std::string(where) + ": world size " + std::to_string(world) +
                       " is too large for the random streams (world^2 must stay below 2^31)");
 }
 
-
-/// Random-stream number of the chunk a rank encodes: distinct for every (rank, chunk) pair of a call.
+/// Random-stream number of the chunk a rank encodes: distinct for every (rank, chunk) pair of a
+/// call.
 inline std::uint32_t chunk_stream(int rank, int world, int chunk) {
   return static_cast<std::uint32_t>(rank) * static_cast<std::uint32_t>(world) +
          static_cast<std::uint32_t>(chunk);
 }
-
 
 inline std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
 inline void check_op(reduce_op op, const char* where) {
   if (op != reduce_op::sum && op != reduce_op::avg)
     throw qsdp::error(std::string(where) + ": reduce_op " +
-                      std::to_string(static_cast<std::uint32_t>(op)) + " is not sum (1) or avg (2)");
+                      std::to_string(static_cast<std::uint32_t>(op)) +
+                      " is not sum (1) or avg (2)");
 }
 
 inline void check_buffers(const void* a, const char* a_name, const void* b, const char* b_name,
-                   std::size_t count, const char* where) {
+                          std::size_t count, const char* where) {
   if (count == 0) return;
-  if (a == nullptr) throw qsdp::error(std::string(where) + ": " + a_name + " is null with count " + std::to_string(count));
-  if (b == nullptr) throw qsdp::error(std::string(where) + ": " + b_name + " is null with count " + std::to_string(count));
+  if (a == nullptr)
+    throw qsdp::error(std::string(where) + ": " + a_name + " is null with count " +
+                      std::to_string(count));
+  if (b == nullptr)
+    throw qsdp::error(std::string(where) + ": " + b_name + " is null with count " +
+                      std::to_string(count));
 }
 
 /// Where a collective's scratch goes, as byte offsets from its 64-byte aligned start.
@@ -156,9 +167,9 @@ struct scratch_layout {
 /// The one scratch layout of the collectives, host and device, for `world` ranks, shards of `shard`
 /// values of `value_size` bytes and packets of `packet_bytes`:
 ///   descriptors  world of them; the device adds a slot from which it sends its own
-///   packets      all_gather: mine and the world gathered; reductions: world outgoing, world incoming
-///   values, reduced  all_reduce only
-///   accumulator  host reductions only (the device sums in registers)
+///   packets      all_gather: mine and the world gathered; reductions: world outgoing, world
+///   incoming values, reduced  all_reduce only accumulator  host reductions only (the device sums
+///   in registers)
 /// Each section starts at a multiple of 64 bytes.
 inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, std::size_t world,
                                    std::size_t shard, std::size_t value_size,
@@ -183,8 +194,9 @@ inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, st
 }
 
 /// A collective call as every rank must agree on it, and where its scratch goes. all_reduce runs on
-/// shards of ceil(count / world) values (the last padded with zeros) and draws two call indices, one
-/// for its reduce-scatter and one for its all-gather, so the second never repeats the first's draws.
+/// shards of ceil(count / world) values (the last padded with zeros) and draws two call indices,
+/// one for its reduce-scatter and one for its all-gather, so the second never repeats the first's
+/// draws.
 struct collective_call {
   collective_kind kind;
   std::size_t shard;           // values per rank's chunk

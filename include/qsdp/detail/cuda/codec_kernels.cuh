@@ -256,10 +256,12 @@ struct bad_header {
   packet_header seen;
   header_expectation want;
 };
-static_assert(sizeof(bad_header) <= sizeof(device_report::detail), "device_report::detail too small");
+static_assert(sizeof(bad_header) <= sizeof(device_report::detail),
+              "device_report::detail too small");
 
-/// The host's message for a bad_header report: the host decoder's own, for the same header, and where
-/// the packet was: "(in <source_noun> <index>, ...)", e.g. "in packet 2" or "in the packet from rank 2".
+/// The host's message for a bad_header report: the host decoder's own, for the same header, and
+/// where the packet was: "(in <source_noun> <index>, ...)", e.g. "in packet 2" or "in the packet
+/// from rank 2".
 inline std::string describe_bad_header(const device_report& report, const char* where,
                                        const char* source_noun) {
   bad_header b;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The device codec: launchers for the kernels of codec_kernels.cuh, and the definitions of the device
-// overloads of encode, decode and decode_accumulate declared in qsdp/codec.hpp (which includes this
-// file when nvcc compiles it). Calls are stream-ordered and never synchronise. A bad
+// The device codec: launchers for the kernels of codec_kernels.cuh, and the definitions of the
+// device overloads of encode, decode and decode_accumulate declared in qsdp/codec.hpp (which
+// includes this file when nvcc compiles it). Calls are stream-ordered and never synchronise. A bad
 // packet header is found by the decoding kernel itself: its values come out as NaN and the failure
 // is reported by qsdp::synchronize_and_check(stream), or by the next device codec call on that
 // device.
@@ -146,8 +146,8 @@ int check_device_call(const Q& q, std::size_t count, cudaStream_t stream, const 
   return device;
 }
 
-/// The packet buffer must not be null; the values buffer not null when count > 0; both device memory
-/// of `device`.
+/// The packet buffer must not be null; the values buffer not null when count > 0; both device
+/// memory of `device`.
 inline void require_device_buffers(const void* packet, const char* packet_name, const void* values,
                                    const char* values_name, std::size_t count, int device,
                                    const char* where) {

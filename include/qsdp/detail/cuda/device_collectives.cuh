@@ -82,8 +82,10 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
         "cudaMemcpyAsync", where);
   // A communicator with a watchdog (nccl_communicator::synchronize) waits with it, so a peer that
   // died before this first call is an error after its timeout rather than a hang here.
-  if constexpr (requires { comm.synchronize(stream); }) comm.synchronize(stream);
-  else check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  if constexpr (requires { comm.synchronize(stream); })
+    comm.synchronize(stream);
+  else
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
   check_descriptors(all.data(), comm.size(), where);
   state.remember(&mine);
 }
@@ -127,8 +129,8 @@ class device_steps {
   void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
     for (int r = 0; r < world(); ++r) {
       T* out = recv + static_cast<std::size_t>(r) * count;
-      launch_decode(q_, packets + static_cast<std::size_t>(r) * packet_bytes, packet_bytes, 1, count,
-                    expectation_for<T>(q_, count), static_cast<unsigned>(r), report(),
+      launch_decode(q_, packets + static_cast<std::size_t>(r) * packet_bytes, packet_bytes, 1,
+                    count, expectation_for<T>(q_, count), static_cast<unsigned>(r), report(),
                     store_sink<T>{out, aligned16(out)}, stream_, where_);
     }
   }
@@ -152,7 +154,9 @@ class device_steps {
   }
 
  private:
-  device_report* report() { return comm_.state().failures.device_record(where_, describe_bad_header); }
+  device_report* report() {
+    return comm_.state().failures.device_record(where_, describe_bad_header);
+  }
 
   Comm& comm_;
   const Q& q_;
@@ -179,8 +183,8 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     cudaStream_t stream) {
-  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter,
-                                               op, send, recv, count, stream,
+  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter, op,
+                                               send, recv, count, stream,
                                                "qsdp::reduce_scatter (device)");
   detail::run_collective(steps, q, send, recv, count);
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The host codec's calls (declared and documented in qsdp/codec.hpp): argument and header checks, then
-// the loops of loops.hpp. Identity packets are copied as they are.
+// The host codec's calls (declared and documented in qsdp/codec.hpp): argument and header checks,
+// then the loops of loops.hpp. Identity packets are copied as they are.
 #pragma once
 
 #include <algorithm>
@@ -21,8 +21,8 @@
 namespace qsdp::detail {
 
 template <class Q, class T>
-void encode_packet(const Q& q, const T* src, std::size_t count, std::byte* packet, const rng_key& key,
-                   const char* where) {
+void encode_packet(const Q& q, const T* src, std::size_t count, std::byte* packet,
+                   const rng_key& key, const char* where) {
   require_policy<Q>();
   require_element<T>();
   check_bucket_size(q, where);
@@ -41,11 +41,10 @@ void encode_packet(const Q& q, const T* src, std::size_t count, std::byte* packe
   }
 }
 
-
 /// Adds the values of one validated packet (of any element type for identity) to acc[begin, end).
 template <class Q>
-void accumulate_range(const Q& q, const std::byte* packet, const packet_layout& l, std::size_t count,
-                      std::size_t begin, std::size_t end, float* acc) {
+void accumulate_range(const Q& q, const std::byte* packet, const packet_layout& l,
+                      std::size_t count, std::size_t begin, std::size_t end, float* acc) {
   if constexpr (is_identity<Q>) {
     const std::byte* values = packet + l.codes_offset;
     auto add = [&](auto tag) {
@@ -56,17 +55,25 @@ void accumulate_range(const Q& q, const std::byte* packet, const packet_layout& 
                       load_element(acc, i) + element_traits<T>::to_float(load_element(v, i)));
     };
     switch (static_cast<element_type>(read_header(packet).element)) {
-      case element_type::f32: add(float{}); break;
-      case element_type::f64: add(double{}); break;
+      case element_type::f32:
+        add(float{});
+        break;
+      case element_type::f64:
+        add(double{});
+        break;
 #if QSDP_HAS_CUDA_HALF
-      case element_type::f16: add(__half{}); break;
-      case element_type::bf16: add(__nv_bfloat16{}); break;
+      case element_type::f16:
+        add(__half{});
+        break;
+      case element_type::bf16:
+        add(__nv_bfloat16{});
+        break;
 #endif
       default:
-        throw qsdp::error("qsdp::decode_accumulate: packet holds " +
-                          std::string(element_type_name(
-                              static_cast<element_type>(read_header(packet).element))) +
-                          " values, which this build cannot read (no CUDA half headers)");
+        throw qsdp::error(
+            "qsdp::decode_accumulate: packet holds " +
+            std::string(element_type_name(static_cast<element_type>(read_header(packet).element))) +
+            " values, which this build cannot read (no CUDA half headers)");
     }
   } else {
     run_decode(q, packet, l, count, begin, end, accumulate_sink{acc});
@@ -114,9 +121,9 @@ void encode(const Q& q, std::span<const T> src, std::span<std::byte> packet) {
 template <class Q, class T>
 void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst) {
   detail::require_element<T>();
-  const detail::packet_layout l = detail::validated_layout(
-      q, packet, count, static_cast<int>(detail::element_traits<T>::tag), detail::unknown_size,
-      "qsdp::decode");
+  const detail::packet_layout l =
+      detail::validated_layout(q, packet, count, static_cast<int>(detail::element_traits<T>::tag),
+                               detail::unknown_size, "qsdp::decode");
   if (count > 0 && dst == nullptr)
     throw qsdp::error("qsdp::decode: dst is null with count " + std::to_string(count));
   if constexpr (detail::is_identity<Q>) {
@@ -138,8 +145,8 @@ void decode(const Q& q, std::span<const std::byte> packet, std::span<T> dst) {
 
 template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packet, std::size_t count, float* acc) {
-  const detail::packet_layout l =
-      detail::validated_layout(q, packet, count, -1, detail::unknown_size, "qsdp::decode_accumulate");
+  const detail::packet_layout l = detail::validated_layout(
+      q, packet, count, -1, detail::unknown_size, "qsdp::decode_accumulate");
   if (count > 0 && acc == nullptr)
     throw qsdp::error("qsdp::decode_accumulate: acc is null with count " + std::to_string(count));
   detail::accumulate_range(q, packet, l, count, 0, count, acc);
@@ -147,8 +154,8 @@ void decode_accumulate(const Q& q, const std::byte* packet, std::size_t count, f
 
 template <class Q>
 void decode_accumulate(const Q& q, std::span<const std::byte> packet, std::span<float> acc) {
-  const detail::packet_layout l = detail::validated_layout(q, packet.data(), acc.size(), -1,
-                                                           packet.size(), "qsdp::decode_accumulate");
+  const detail::packet_layout l = detail::validated_layout(
+      q, packet.data(), acc.size(), -1, packet.size(), "qsdp::decode_accumulate");
   detail::accumulate_range(q, packet.data(), l, acc.size(), 0, acc.size(), acc.data());
 }
 
@@ -159,9 +166,8 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
   if (packets == nullptr) throw qsdp::error("qsdp::decode_accumulate: packets is null");
   if (count > 0 && acc == nullptr)
     throw qsdp::error("qsdp::decode_accumulate: acc is null with count " + std::to_string(count));
-  const detail::packet_layout first = detail::validated_layout(q, packets, count, -1,
-                                                               detail::unknown_size,
-                                                               "qsdp::decode_accumulate");
+  const detail::packet_layout first = detail::validated_layout(
+      q, packets, count, -1, detail::unknown_size, "qsdp::decode_accumulate");
   const int element = detail::read_header(packets).element;
   for (std::size_t p = 1; p < packet_count; ++p) {
     const std::string where = "qsdp::decode_accumulate (packet " + std::to_string(p) + ")";

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The host codec's loops. Each bucket is read twice while it sits in L1 (statistics, then codes), the
-// per-element policy call is inlined and vectorized, and codes are packed in groups of eight. On x86-64
-// the loops are compiled twice, for the baseline ISA and for AVX2+FMA, and picked at run time: users get
-// the fast path without compiling their code with -mavx2, and both paths compute bit-identical results
-// (every multiply-add in a policy is an explicit fma, so nothing depends on contraction).
+// The host codec's loops. Each bucket is read twice while it sits in L1 (statistics, then codes),
+// the per-element policy call is inlined and vectorized, and codes are packed in groups of eight.
+// On x86-64 the loops are compiled twice, for the baseline ISA and for AVX2+FMA, and picked at run
+// time: users get the fast path without compiling their code with -mavx2, and both paths compute
+// bit-identical results (every multiply-add in a policy is an explicit fma, so nothing depends on
+// contraction).
 #pragma once
 
 #include <algorithm>
@@ -19,9 +20,9 @@
 #include "../codec/bit_packing.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/format.hpp"
-#include "../codec/statistics.hpp"
 #include "../codec/group.hpp"
 #include "../codec/philox.hpp"
+#include "../codec/statistics.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(QSDP_NO_DISPATCH)
 #define QSDP_HOST_X86_DISPATCH 1
@@ -58,8 +59,9 @@ QSDP_FORCE_INLINE partial_stats scan_bucket(const T* src, std::size_t n) {
 }
 
 /// Fills words[0, 4 * blocks) with Philox blocks first_block ... first_block + blocks - 1.
-QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain, std::uint64_t first_block,
-                                   std::size_t blocks, std::uint32_t* words) {
+QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain,
+                                   std::uint64_t first_block, std::size_t blocks,
+                                   std::uint32_t* words) {
   for (std::size_t j = 0; j < blocks; ++j) {
     const philox_block b = key.block(domain, first_block + j);
     words[4 * j + 0] = b.v[0];
@@ -144,7 +146,8 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
           avx2::bf16_to_f32(in, k, converted);
           values = converted;
         } else {
-          for (std::size_t j = 0; j < k; ++j) converted[j] = element_traits<T>::to_float(load_element(in, j));
+          for (std::size_t j = 0; j < k; ++j)
+            converted[j] = element_traits<T>::to_float(load_element(in, j));
           values = converted;
         }
         const code_grid grid = q.code_grid_for(m);
@@ -194,8 +197,9 @@ struct store_sink {
     for (std::size_t i = begin; i < end; ++i) store_element(dst, i, nan);
   }
 #if QSDP_HOST_X86_DISPATCH
-  __attribute__((target("avx2,fma"))) void put_avx2(
-      std::size_t i, std::size_t n, const std::uint8_t* codes, const value_grid& grid) const {
+  __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
+                                                    const std::uint8_t* codes,
+                                                    const value_grid& grid) const {
     if constexpr (std::is_same_v<T, float>) {
       avx2::decode_values<false>(codes, n, grid, dst + i);
     } else if constexpr (element_traits<T>::tag == element_type::bf16) {
@@ -222,8 +226,9 @@ struct accumulate_sink {
       store_element(acc, i, std::numeric_limits<float>::quiet_NaN());
   }
 #if QSDP_HOST_X86_DISPATCH
-  __attribute__((target("avx2,fma"))) void put_avx2(
-      std::size_t i, std::size_t n, const std::uint8_t* codes, const value_grid& grid) const {
+  __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
+                                                    const std::uint8_t* codes,
+                                                    const value_grid& grid) const {
     avx2::decode_values<true>(codes, n, grid, acc + i);
   }
 #endif
@@ -321,8 +326,8 @@ QSDP_TARGET_BASE void decode_quantized_base(const Q& q, const std::byte* packet,
 #endif
 
 /// Which host code path runs: "avx2+fma" or "baseline" (reported by the benchmarks).
-/// dst[i] = T(src[i]) for n values with plain rounding (a sum that overflows T becomes inf): the last
-/// step of a reduction. Vectorized for bf16 where the CPU has AVX2; the same bits either way.
+/// dst[i] = T(src[i]) for n values with plain rounding (a sum that overflows T becomes inf): the
+/// last step of a reduction. Vectorized for bf16 where the CPU has AVX2; the same bits either way.
 template <class T>
 inline void narrow_store(const float* src, std::size_t n, T* dst) {
   if constexpr (std::is_same_v<T, float>) {
@@ -336,7 +341,8 @@ inline void narrow_store(const float* src, std::size_t n, T* dst) {
       }
     }
 #endif
-    for (std::size_t i = 0; i < n; ++i) store_element(dst, i, element_traits<T>::from_float(src[i]));
+    for (std::size_t i = 0; i < n; ++i)
+      store_element(dst, i, element_traits<T>::from_float(src[i]));
   }
 }
 

@@ -3,8 +3,8 @@
 // What the CUDA path needs from the CUDA runtime, wrapped so that every failure is a qsdp::error
 // naming the call: error checks, pointer and stream checks, the stream-ordered scratch of the
 // device communicators, and the channel through which kernels report failures (bad packets) to the
-// host without a synchronisation. Host code only (the runtime API), so g++ compiles it; the kernels live
-// in .cuh files.
+// host without a synchronisation. Host code only (the runtime API), so g++ compiles it; the kernels
+// live in .cuh files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -95,12 +95,13 @@ inline bool capturing(cudaStream_t stream, const char* where) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// ---- Reports from kernels ----------------------------------------------------------------------------
+// ---- Reports from kernels
+// ----------------------------------------------------------------------------
 
-/// What a kernel leaves for the host when it finds something wrong (the codec's decoders: a bad packet
-/// header). Lives in mapped pinned memory: the kernel's write reaches the host without a copy, and the
-/// host reads it without synchronising. The transport only carries it: `detail` is the writer's own
-/// record, and the writer's report_formatter turns it into the message.
+/// What a kernel leaves for the host when it finds something wrong (the codec's decoders: a bad
+/// packet header). Lives in mapped pinned memory: the kernel's write reaches the host without a
+/// copy, and the host reads it without synchronising. The transport only carries it: `detail` is
+/// the writer's own record, and the writer's report_formatter turns it into the message.
 struct device_report {
   unsigned int claimed;  // 0 free; the first failing thread sets 1 (atomicCAS), so one report wins
   unsigned int ready;    // set last, after the fields below are visible to the host

@@ -2,8 +2,8 @@
 //
 // The in-process transport's machinery (qsdp::local_communicator and the one-GPU cuda_local
 // communicator): a barrier that can be broken, so that a rank that fails, returns early or hangs
-// releases the others with a qsdp::error instead of leaving them waiting forever, and the rank threads
-// of run_local.
+// releases the others with a qsdp::error instead of leaving them waiting forever, and the rank
+// threads of run_local.
 #pragma once
 
 #include <algorithm>
@@ -21,7 +21,6 @@
 
 namespace qsdp::detail {
 
-
 /// A reusable barrier for the in-process ranks that can be broken: when a rank fails, every rank
 /// waiting in it (or arriving later) gets a qsdp::error instead of waiting forever.
 class breakable_barrier {
@@ -36,7 +35,8 @@ class breakable_barrier {
     std::unique_lock lock(mutex_);
     if (departed_ > 0 && !broken_) {
       broken_ = true;
-      reason_ = "rank " + std::to_string(departed_rank_) + " returned while the others were still "
+      reason_ = "rank " + std::to_string(departed_rank_) +
+                " returned while the others were still "
                 "in a collective (every rank must make the same calls)";
       cv_.notify_all();
     }
@@ -60,9 +60,10 @@ class breakable_barrier {
     throw_if_broken();
     if (!released) {
       broken_ = true;
-      reason_ = "rank" + absent_ranks() + " did not reach the collective within " +
-                std::to_string(timeout.count()) +
-                " ms (fault_options::timeout; it returned early, hangs, or called another collective)";
+      reason_ =
+          "rank" + absent_ranks() + " did not reach the collective within " +
+          std::to_string(timeout.count()) +
+          " ms (fault_options::timeout; it returned early, hangs, or called another collective)";
       cv_.notify_all();
       throw qsdp::timeout_error(std::string(owner_) + ": collective abandoned: " + reason_);
     }
@@ -74,7 +75,8 @@ class breakable_barrier {
     if (departed_++ == 0) departed_rank_ = rank;
     if (arrived_ > 0 && !broken_) {
       broken_ = true;
-      reason_ = "rank " + std::to_string(rank) + " returned while the others were still in a "
+      reason_ = "rank " + std::to_string(rank) +
+                " returned while the others were still in a "
                 "collective (every rank must make the same calls)";
       cv_.notify_all();
     }
@@ -121,7 +123,9 @@ class breakable_barrier {
 /// What the threads of one run_local share: the barrier and each rank's posted send buffer.
 struct local_world {
   explicit local_world(int size, std::chrono::milliseconds wait_limit)
-      : barrier(size), posted(static_cast<std::size_t>(size)), posted_bytes(static_cast<std::size_t>(size)),
+      : barrier(size),
+        posted(static_cast<std::size_t>(size)),
+        posted_bytes(static_cast<std::size_t>(size)),
         timeout(wait_limit) {}
   breakable_barrier barrier;
   std::vector<const std::byte*> posted;
@@ -129,10 +133,10 @@ struct local_world {
   std::chrono::milliseconds timeout;  // 0: no limit
 };
 
-
-/// Runs body(rank) on `world` threads (rank 0 on the caller's) and waits for all. When a rank throws,
-/// `barrier` is broken so the others leave any collective with a qsdp::error, and the first exception is
-/// rethrown here; a rank that returns departs, which releases ranks still waiting for it.
+/// Runs body(rank) on `world` threads (rank 0 on the caller's) and waits for all. When a rank
+/// throws, `barrier` is broken so the others leave any collective with a qsdp::error, and the first
+/// exception is rethrown here; a rank that returns departs, which releases ranks still waiting for
+/// it.
 template <class Body>
 void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
   std::mutex error_mutex;

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The MPI transport's machinery (qsdp::mpi_communicator, mpi.hpp): MPI error checks, exchanges of any
-// size as calls of at most 1 GiB per peer, and the timed, polled wait of a non-blocking collective.
+// The MPI transport's machinery (qsdp::mpi_communicator, mpi.hpp): MPI error checks, exchanges of
+// any size as calls of at most 1 GiB per peer, and the timed, polled wait of a non-blocking
+// collective.
 #pragma once
 
-// First: some MPI C++ bindings (old MPICH) clash with <cstdio>'s SEEK_* macros when included after it.
+// First: some MPI C++ bindings (old MPICH) clash with <cstdio>'s SEEK_* macros when included after
+// it.
 #include <mpi.h>
 
 #include <algorithm>
@@ -35,10 +37,11 @@ inline constexpr int mpi_timeout_abort_code = 124;
 
 namespace qsdp::detail {
 
-/// The largest number of bytes per peer that one MPI call moves (1 GiB). MPI 3.1 counts are `int`, so a
-/// call can never name more than INT_MAX elements; larger exchanges are split (mpi_exchange_in_chunks).
-/// A power of two well below INT_MAX also keeps every count * element size an implementation computes
-/// internally away from the int limit, where MPI libraries have had overflow bugs.
+/// The largest number of bytes per peer that one MPI call moves (1 GiB). MPI 3.1 counts are `int`,
+/// so a call can never name more than INT_MAX elements; larger exchanges are split
+/// (mpi_exchange_in_chunks). A power of two well below INT_MAX also keeps every count * element
+/// size an implementation computes internally away from the int limit, where MPI libraries have had
+/// overflow bugs.
 inline constexpr std::size_t mpi_max_chunk_bytes = std::size_t{1} << 30;
 
 inline std::string mpi_error_string(int code) {
@@ -57,16 +60,18 @@ inline void mpi_check(int code, const char* call, const char* where) {
                     " (MPI error code " + std::to_string(code) + ")");
 }
 
-/// Returns comm once it is usable by mpi_communicator, with options in range: MPI initialized and not
-/// finalized, comm neither MPI_COMM_NULL nor an intercommunicator (whose collectives exchange between
-/// two groups, not among all ranks). Otherwise throws qsdp::error naming what is wrong.
-inline MPI_Comm mpi_intracommunicator(MPI_Comm comm, const fault_options& options, const char* where) {
+/// Returns comm once it is usable by mpi_communicator, with options in range: MPI initialized and
+/// not finalized, comm neither MPI_COMM_NULL nor an intercommunicator (whose collectives exchange
+/// between two groups, not among all ranks). Otherwise throws qsdp::error naming what is wrong.
+inline MPI_Comm mpi_intracommunicator(MPI_Comm comm, const fault_options& options,
+                                      const char* where) {
   check_fault_options(options, where);
   int initialized = 0;
   mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", where);
   if (!initialized)
-    throw qsdp::error(std::string(where) + ": MPI is not initialized; call MPI_Init (or MPI_Init_thread) "
-                                           "before constructing an mpi_communicator");
+    throw qsdp::error(std::string(where) +
+                      ": MPI is not initialized; call MPI_Init (or MPI_Init_thread) "
+                      "before constructing an mpi_communicator");
   int finalized = 0;
   mpi_check(MPI_Finalized(&finalized), "MPI_Finalized", where);
   if (finalized) throw qsdp::error(std::string(where) + ": MPI is already finalized");
@@ -74,18 +79,20 @@ inline MPI_Comm mpi_intracommunicator(MPI_Comm comm, const fault_options& option
   int inter = 0;
   mpi_check(MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter", where);
   if (inter)
-    throw qsdp::error(std::string(where) + ": comm is an intercommunicator; expected an intracommunicator");
+    throw qsdp::error(std::string(where) +
+                      ": comm is an intercommunicator; expected an intracommunicator");
   return comm;
 }
 
-/// A committed datatype of `bytes` contiguous bytes whose extent is `stride`: count 1 of it reads or
-/// writes `bytes` bytes, and the collectives place the block of peer i at i * stride. Freed on scope
-/// exit, also when a collective throws.
+/// A committed datatype of `bytes` contiguous bytes whose extent is `stride`: count 1 of it reads
+/// or writes `bytes` bytes, and the collectives place the block of peer i at i * stride. Freed on
+/// scope exit, also when a collective throws.
 class mpi_strided_bytes : private no_copies {
  public:
   mpi_strided_bytes(std::size_t bytes, std::size_t stride, const char* where) {
     MPI_Datatype block = MPI_DATATYPE_NULL;
-    mpi_check(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &block), "MPI_Type_contiguous", where);
+    mpi_check(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &block), "MPI_Type_contiguous",
+              where);
     const int resized = MPI_Type_create_resized(block, 0, static_cast<MPI_Aint>(stride), &type_);
     MPI_Type_free(&block);  // the resized type keeps what it needs of `block`
     if (resized != MPI_SUCCESS) type_ = MPI_DATATYPE_NULL;
@@ -108,16 +115,17 @@ class mpi_strided_bytes : private no_copies {
 /// `collective(offset, count, type)` makes one MPI call on bytes [offset, offset + chunk) of every
 /// peer's block, the blocks `n` bytes apart in both buffers.
 ///
-/// Why this way: MPI 3.1 has no large-count collectives (MPI_Allgather_c is MPI 4.0, which Open MPI 4.1
-/// lacks). Up to max_chunk bytes go in one call as (n, MPI_BYTE), the fast path every MPI optimizes.
-/// Beyond that, chunk k is described by a datatype of `chunk` contiguous bytes resized to an extent of
-/// n (see mpi_strided_bytes): with count 1, peer i's part of chunk k sits at offset + i * n in both the
-/// send and the receive buffer, so each call fills a column of the blocks in place, without staging
-/// copies, and every count stays 1. There are at most two such types (full chunks and the tail), and
-/// all ranks make the same calls because n is the same on every rank. max_chunk is a parameter so the
-/// tests can drive this path with a few bytes instead of gigabytes.
+/// Why this way: MPI 3.1 has no large-count collectives (MPI_Allgather_c is MPI 4.0, which Open
+/// MPI 4.1 lacks). Up to max_chunk bytes go in one call as (n, MPI_BYTE), the fast path every MPI
+/// optimizes. Beyond that, chunk k is described by a datatype of `chunk` contiguous bytes resized
+/// to an extent of n (see mpi_strided_bytes): with count 1, peer i's part of chunk k sits at offset
+/// + i * n in both the send and the receive buffer, so each call fills a column of the blocks in
+/// place, without staging copies, and every count stays 1. There are at most two such types (full
+/// chunks and the tail), and all ranks make the same calls because n is the same on every rank.
+/// max_chunk is a parameter so the tests can drive this path with a few bytes instead of gigabytes.
 template <class Collective>
-void mpi_exchange_in_chunks(std::size_t n, std::size_t max_chunk, const char* where, Collective&& collective) {
+void mpi_exchange_in_chunks(std::size_t n, std::size_t max_chunk, const char* where,
+                            Collective&& collective) {
   if (max_chunk == 0 || max_chunk > static_cast<std::size_t>(INT_MAX))
     throw qsdp::error(std::string(where) + ": chunk size is " + std::to_string(max_chunk) +
                       "; expected 1..INT_MAX bytes");
@@ -140,7 +148,8 @@ void mpi_exchange_in_chunks(std::size_t n, std::size_t max_chunk, const char* wh
   }
 }
 
-inline bool mpi_ranges_overlap(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::size_t b_bytes) {
+inline bool mpi_ranges_overlap(const std::byte* a, std::size_t a_bytes, const std::byte* b,
+                               std::size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;
   const auto a0 = reinterpret_cast<std::uintptr_t>(a);
   const auto b0 = reinterpret_cast<std::uintptr_t>(b);
@@ -151,15 +160,16 @@ inline bool mpi_ranges_overlap(const std::byte* a, std::size_t a_bytes, const st
 inline std::size_t mpi_total_bytes(std::size_t n, int size, const char* where) {
   const auto ranks = static_cast<std::size_t>(size);
   if (n > std::numeric_limits<std::size_t>::max() / ranks)
-    throw qsdp::error(std::string(where) + ": " + std::to_string(n) + " bytes times " + std::to_string(size) +
-                      " ranks overflow size_t");
+    throw qsdp::error(std::string(where) + ": " + std::to_string(n) + " bytes times " +
+                      std::to_string(size) + " ranks overflow size_t");
   return n * ranks;
 }
 
-/// Timed-out calls whose buffers MPI may still write into, kept for the rest of the process: a collective
-/// request cannot be cancelled (MPI 3.1 section 5.12 makes MPI_Cancel and MPI_Request_free on one
-/// erroneous), so neither it nor its memory is ever released. Reachable from a static pointer, so leak
-/// checkers do not report it; never destroyed, so no exit-time destructor frees memory under MPI.
+/// Timed-out calls whose buffers MPI may still write into, kept for the rest of the process: a
+/// collective request cannot be cancelled (MPI 3.1 section 5.12 makes MPI_Cancel and
+/// MPI_Request_free on one erroneous), so neither it nor its memory is ever released. Reachable
+/// from a static pointer, so leak checkers do not report it; never destroyed, so no exit-time
+/// destructor frees memory under MPI.
 struct mpi_abandoned_calls {
   std::mutex mutex;
   std::vector<MPI_Request> requests;
@@ -177,12 +187,12 @@ struct mpi_pending_call {
   const char* where;  // the qsdp function
   const char* call;   // the MPI function
   std::size_t bytes_per_rank;
-  bool chunked;       // the exchange is split (mpi_exchange_in_chunks); `offset` names the chunk
+  bool chunked;  // the exchange is split (mpi_exchange_in_chunks); `offset` names the chunk
   std::size_t offset;
 };
 
-/// "rank R of S[ (MPI_COMM_WORLD rank W)]: <call> of N bytes per rank[ (the chunk at byte O)]": what a
-/// timed-out rank was waiting for.
+/// "rank R of S[ (MPI_COMM_WORLD rank W)]: <call> of N bytes per rank[ (the chunk at byte O)]":
+/// what a timed-out rank was waiting for.
 inline std::string mpi_pending_description(const mpi_pending_call& pending) {
   int rank = -1, size = -1, world_rank = -1;
   MPI_Comm_rank(pending.comm, &rank);
@@ -225,7 +235,8 @@ inline void mpi_wait_or_time_out(MPI_Request& request, const fault_options& opti
                        mpi_timeout_abort_code);
           std::fflush(stderr);
           MPI_Abort(pending.comm, mpi_timeout_abort_code);
-          std::abort();  // MPI_Abort returned (it should not): returning would hand MPI's buffers back
+          std::abort();  // MPI_Abort returned (it should not): returning would hand MPI's buffers
+                         // back
         },
         options, effective_timeout(options, mpi_default_timeout), context);
   } catch (const timeout_error& e) {
@@ -240,57 +251,67 @@ inline void mpi_wait_or_time_out(MPI_Request& request, const fault_options& opti
   }
 }
 
-/// mpi_communicator::all_gather_bytes with an explicit chunk size (tests pass a tiny one) and options
-/// (without them: blocking calls, no timeout). In place when send is this rank's block of recv
-/// (send == recv + rank * n, as FSDP's all-gather into the full parameter does); any other overlap of
-/// send and recv is refused, since MPI forbids aliased buffers and would silently deliver garbage.
-inline void mpi_all_gather_bytes(MPI_Comm comm, int rank, int size, const std::byte* send, std::byte* recv,
-                                 std::size_t n, std::size_t max_chunk, const fault_options& options = {}) {
+/// mpi_communicator::all_gather_bytes with an explicit chunk size (tests pass a tiny one) and
+/// options (without them: blocking calls, no timeout). In place when send is this rank's block of
+/// recv (send == recv + rank * n, as FSDP's all-gather into the full parameter does); any other
+/// overlap of send and recv is refused, since MPI forbids aliased buffers and would silently
+/// deliver garbage.
+inline void mpi_all_gather_bytes(MPI_Comm comm, int rank, int size, const std::byte* send,
+                                 std::byte* recv, std::size_t n, std::size_t max_chunk,
+                                 const fault_options& options = {}) {
   constexpr const char* where = "qsdp::mpi_communicator::all_gather_bytes";
   const std::size_t total = mpi_total_bytes(n, size, where);
   if (n > 0 && (send == nullptr || recv == nullptr))
-    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") + " is null with " +
-                      std::to_string(n) + " bytes per rank");
+    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") +
+                      " is null with " + std::to_string(n) + " bytes per rank");
   const bool in_place = n > 0 && send == recv + static_cast<std::size_t>(rank) * n;
   if (!in_place && mpi_ranges_overlap(send, n, recv, total))
-    throw qsdp::error(std::string(where) + ": send and recv overlap and send is not this rank's block of "
+    throw qsdp::error(std::string(where) +
+                      ": send and recv overlap and send is not this rank's block of "
                       "recv (recv + rank * n); MPI forbids aliased buffers");
-  mpi_exchange_in_chunks(n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
-    const void* from = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + offset);
-    if (effective_timeout(options, mpi_default_timeout).count() == 0) {
-      mpi_check(MPI_Allgather(from, count, type, recv + offset, count, type, comm), "MPI_Allgather", where);
-      return;
-    }
-    MPI_Request request = MPI_REQUEST_NULL;
-    mpi_check(MPI_Iallgather(from, count, type, recv + offset, count, type, comm, &request), "MPI_Iallgather",
-              where);
-    mpi_wait_or_time_out(request, options, {comm, where, "MPI_Iallgather", n, n > max_chunk, offset});
-  });
+  mpi_exchange_in_chunks(
+      n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
+        const void* from = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + offset);
+        if (effective_timeout(options, mpi_default_timeout).count() == 0) {
+          mpi_check(MPI_Allgather(from, count, type, recv + offset, count, type, comm),
+                    "MPI_Allgather", where);
+          return;
+        }
+        MPI_Request request = MPI_REQUEST_NULL;
+        mpi_check(MPI_Iallgather(from, count, type, recv + offset, count, type, comm, &request),
+                  "MPI_Iallgather", where);
+        mpi_wait_or_time_out(request, options,
+                             {comm, where, "MPI_Iallgather", n, n > max_chunk, offset});
+      });
 }
 
-/// mpi_communicator::all_to_all_bytes with an explicit chunk size (tests pass a tiny one) and options
-/// (without them: blocking calls, no timeout). send and recv must not overlap (MPI forbids aliased
-/// buffers; local_communicator cannot run in place either).
-inline void mpi_all_to_all_bytes(MPI_Comm comm, int size, const std::byte* send, std::byte* recv, std::size_t n,
-                                 std::size_t max_chunk, const fault_options& options = {}) {
+/// mpi_communicator::all_to_all_bytes with an explicit chunk size (tests pass a tiny one) and
+/// options (without them: blocking calls, no timeout). send and recv must not overlap (MPI forbids
+/// aliased buffers; local_communicator cannot run in place either).
+inline void mpi_all_to_all_bytes(MPI_Comm comm, int size, const std::byte* send, std::byte* recv,
+                                 std::size_t n, std::size_t max_chunk,
+                                 const fault_options& options = {}) {
   constexpr const char* where = "qsdp::mpi_communicator::all_to_all_bytes";
   const std::size_t total = mpi_total_bytes(n, size, where);
   if (n > 0 && (send == nullptr || recv == nullptr))
-    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") + " is null with " +
-                      std::to_string(n) + " bytes per rank");
+    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") +
+                      " is null with " + std::to_string(n) + " bytes per rank");
   if (mpi_ranges_overlap(send, total, recv, total))
     throw qsdp::error(std::string(where) + ": send and recv overlap; MPI forbids aliased buffers");
-  mpi_exchange_in_chunks(n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
-    if (effective_timeout(options, mpi_default_timeout).count() == 0) {
-      mpi_check(MPI_Alltoall(send + offset, count, type, recv + offset, count, type, comm), "MPI_Alltoall",
-                where);
-      return;
-    }
-    MPI_Request request = MPI_REQUEST_NULL;
-    mpi_check(MPI_Ialltoall(send + offset, count, type, recv + offset, count, type, comm, &request),
-              "MPI_Ialltoall", where);
-    mpi_wait_or_time_out(request, options, {comm, where, "MPI_Ialltoall", n, n > max_chunk, offset});
-  });
+  mpi_exchange_in_chunks(
+      n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
+        if (effective_timeout(options, mpi_default_timeout).count() == 0) {
+          mpi_check(MPI_Alltoall(send + offset, count, type, recv + offset, count, type, comm),
+                    "MPI_Alltoall", where);
+          return;
+        }
+        MPI_Request request = MPI_REQUEST_NULL;
+        mpi_check(
+            MPI_Ialltoall(send + offset, count, type, recv + offset, count, type, comm, &request),
+            "MPI_Ialltoall", where);
+        mpi_wait_or_time_out(request, options,
+                             {comm, where, "MPI_Ialltoall", n, n > max_chunk, offset});
+      });
 }
 
 }  // namespace qsdp::detail

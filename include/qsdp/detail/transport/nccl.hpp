@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The NCCL transport's error reporting (qsdp::nccl_communicator, nccl.hpp): every NCCL result that is
-// not ncclSuccess becomes a qsdp::error naming the call, NCCL's error string and its last-error text.
+// The NCCL transport's error reporting (qsdp::nccl_communicator, nccl.hpp): every NCCL result that
+// is not ncclSuccess becomes a qsdp::error naming the call, NCCL's error string and its last-error
+// text.
 #pragma once
 
 #include <nccl.h>

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The one blocking wait of the communicators that poll (MPI's non-blocking collectives, NCCL's stream
-// and asynchronous errors), kept free of MPI, CUDA and NCCL so that the host tests drive it with fake
-// callbacks: poll "has the transport reported an asynchronous error?" and "is the work done?" until
-// one of them answers, or until the timeout of fault_options passes. On an asynchronous error or a
-// timeout the communicator is aborted (fault_options::abort_on_failure) and a qsdp::error is thrown
-// (qsdp::timeout_error for a timeout). Polling the asynchronous error is what turns a dead peer into
-// an error rather than a hang, even without a timeout. run_local's ranks wait on a condition variable
-// instead (detail/transport/local.hpp), under the same options.
+// The one blocking wait of the communicators that poll (MPI's non-blocking collectives, NCCL's
+// stream and asynchronous errors), kept free of MPI, CUDA and NCCL so that the host tests drive it
+// with fake callbacks: poll "has the transport reported an asynchronous error?" and "is the work
+// done?" until one of them answers, or until the timeout of fault_options passes. On an
+// asynchronous error or a timeout the communicator is aborted (fault_options::abort_on_failure) and
+// a qsdp::error is thrown (qsdp::timeout_error for a timeout). Polling the asynchronous error is
+// what turns a dead peer into an error rather than a hang, even without a timeout. run_local's
+// ranks wait on a condition variable instead (detail/transport/local.hpp), under the same options.
 #pragma once
 
 #include <algorithm>
@@ -41,18 +41,20 @@ struct wait_context {
 ///   async_error()   -> std::optional<std::string>: the transport's asynchronous error, described,
 ///                      or nothing while there is none (may throw).
 ///   done()          -> bool: whether the awaited work has completed (may throw).
-///   abort(failure)  -> std::string: aborts the communicator, given the failure's message, and returns
+///   abort(failure)  -> std::string: aborts the communicator, given the failure's message, and
+///   returns
 ///                      what was done, for the message. Called at most once, only when
 ///                      options.abort_on_failure; it may also end the process (MPI_Abort).
 /// `timeout` is options.timeout resolved against the transport's default (0: no limit). Each round
-/// polls async_error(), then done(), then the clock (steady_clock: a changed wall clock neither ends
-/// nor extends the wait): a failure reported together with the completion still counts, and work done
-/// exactly at the deadline still succeeds. After context.spin, sleeps start at 1 us and double up to
-/// options.poll_interval, so a wait that ends in microseconds is not charged a whole interval.
-/// Throws qsdp::error "<where>: asynchronous error: <description>; <abort note>" or qsdp::timeout_error
-/// "<where>: timed out: <what> did not complete within <t> ms (fault_options::timeout; waited <w> ms):
-/// <usual cause>; <abort note>". Exceptions of done() and async_error() pass through unchanged, without
-/// an abort.
+/// polls async_error(), then done(), then the clock (steady_clock: a changed wall clock neither
+/// ends nor extends the wait): a failure reported together with the completion still counts, and
+/// work done exactly at the deadline still succeeds. After context.spin, sleeps start at 1 us and
+/// double up to options.poll_interval, so a wait that ends in microseconds is not charged a whole
+/// interval. Throws qsdp::error "<where>: asynchronous error: <description>; <abort note>" or
+/// qsdp::timeout_error
+/// "<where>: timed out: <what> did not complete within <t> ms (fault_options::timeout; waited <w>
+/// ms): <usual cause>; <abort note>". Exceptions of done() and async_error() pass through
+/// unchanged, without an abort.
 template <class Done, class AsyncError, class Abort>
 void wait_until_done(Done&& done, AsyncError&& async_error, Abort&& abort,
                      const fault_options& options, std::chrono::milliseconds timeout,
