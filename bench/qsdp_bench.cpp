@@ -55,9 +55,7 @@ constexpr unsigned all_widths = 0x1FEu;
 template <class T, class Q, class Comm>
 void collective(Comm& comm, const Q& q, op_kind op, const T* send, T* recv, std::size_t count) {
   switch (op) {
-    case op_kind::all_gather:
-      qsdp::all_gather(comm, q, send, recv, count);
-      break;
+    case op_kind::all_gather: qsdp::all_gather(comm, q, send, recv, count); break;
     case op_kind::reduce_scatter:
       qsdp::reduce_scatter(comm, q, send, recv, count, qsdp::reduce_op::sum);
       break;
@@ -214,12 +212,8 @@ std::vector<row> model_sweep(const options& o, const Q& q) {
     const double scatter_codec = nd * c.encode_s + nd * c.accumulate_s;
     double tq = 0, tp = 0, codec = 0;
     switch (o.op) {
-      case op_kind::all_gather:
-        tq = gather_q, tp = gather_p, codec = gather_codec;
-        break;
-      case op_kind::reduce_scatter:
-        tq = scatter_q, tp = scatter_p, codec = scatter_codec;
-        break;
+      case op_kind::all_gather: tq = gather_q, tp = gather_p, codec = gather_codec; break;
+      case op_kind::reduce_scatter: tq = scatter_q, tp = scatter_p, codec = scatter_codec; break;
       case op_kind::all_reduce:
         tq = scatter_q + gather_q, tp = scatter_p + gather_p, codec = scatter_codec + gather_codec;
         break;
@@ -279,9 +273,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
     const int c = static_cast<int>(n);
     int rc = MPI_SUCCESS;
     switch (o.op) {
-      case op_kind::all_gather:
-        rc = MPI_Allgather(s, c, type, d, c, type, MPI_COMM_WORLD);
-        break;
+      case op_kind::all_gather: rc = MPI_Allgather(s, c, type, d, c, type, MPI_COMM_WORLD); break;
       case op_kind::reduce_scatter:
       case op_kind::all_reduce:
         if constexpr (sizeof(T) != 4) {

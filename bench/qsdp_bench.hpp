@@ -204,12 +204,9 @@ inline options parse(int argc, char** argv) {
 
 inline const char* op_name(op_kind op) {
   switch (op) {
-    case op_kind::all_gather:
-      return "all_gather";
-    case op_kind::reduce_scatter:
-      return "reduce_scatter";
-    case op_kind::all_reduce:
-      return "all_reduce";
+    case op_kind::all_gather: return "all_gather";
+    case op_kind::reduce_scatter: return "reduce_scatter";
+    case op_kind::all_reduce: return "all_reduce";
   }
   return "?";
 }

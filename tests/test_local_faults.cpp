@@ -31,18 +31,12 @@ enum class fault { throw_before, throw_after, return_early, wrong_count, wrong_p
 
 const char* fault_name(fault f) {
   switch (f) {
-    case fault::throw_before:
-      return "throws before a collective";
-    case fault::throw_after:
-      return "throws right after a collective";
-    case fault::return_early:
-      return "returns early";
-    case fault::wrong_count:
-      return "calls with another count";
-    case fault::wrong_policy:
-      return "calls with another policy";
-    case fault::stall:
-      return "stalls past the timeout";
+    case fault::throw_before: return "throws before a collective";
+    case fault::throw_after: return "throws right after a collective";
+    case fault::return_early: return "returns early";
+    case fault::wrong_count: return "calls with another count";
+    case fault::wrong_policy: return "calls with another policy";
+    case fault::stall: return "stalls past the timeout";
   }
   return "?";
 }

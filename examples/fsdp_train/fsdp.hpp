@@ -41,12 +41,9 @@ void with_policy(const std::string& spec, std::size_t bucket, F&& f) {
   const int bits = digits < spec.size() ? std::stoi(spec.substr(digits)) : 0;
   auto widths = [&]<template <int> class P>() {
     switch (bits) {
-      case 2:
-        return f(P<2>{.bucket_size = bucket});
-      case 4:
-        return f(P<4>{.bucket_size = bucket});
-      case 8:
-        return f(P<8>{.bucket_size = bucket});
+      case 2: return f(P<2>{.bucket_size = bucket});
+      case 4: return f(P<4>{.bucket_size = bucket});
+      case 8: return f(P<8>{.bucket_size = bucket});
       default:
         throw std::invalid_argument("quantizer " + spec +
                                     ": expected a width of 2, 4 or 8 after the name");

@@ -90,23 +90,13 @@ void with_policy(std::size_t index, Fn&& fn) {
 template <class Fn>
 void with_element(unsigned selector, Fn&& fn) {
   switch (selector & 3u) {
-    case 0:
-      fn(float{});
-      break;
-    case 1:
-      fn(double{});
-      break;
+    case 0: fn(float{}); break;
+    case 1: fn(double{}); break;
 #if QSDP_HAS_CUDA_HALF
-    case 2:
-      fn(__half{});
-      break;
-    case 3:
-      fn(__nv_bfloat16{});
-      break;
+    case 2: fn(__half{}); break;
+    case 3: fn(__nv_bfloat16{}); break;
 #else
-    default:
-      fn(float{});
-      break;
+    default: fn(float{}); break;
 #endif
   }
 }

@@ -22,15 +22,11 @@ template <class Comm, class Q, class T>
 void call(collective kind, Comm& comm, const Q& q, T* send, T* recv, std::size_t count,
           qsdp::reduce_op op, cudaStream_t stream) {
   switch (kind) {
-    case collective::all_gather:
-      qsdp::all_gather(comm, q, send, recv, count, stream);
-      break;
+    case collective::all_gather: qsdp::all_gather(comm, q, send, recv, count, stream); break;
     case collective::reduce_scatter:
       qsdp::reduce_scatter(comm, q, send, recv, count, op, stream);
       break;
-    case collective::all_reduce:
-      qsdp::all_reduce(comm, q, recv, count, op, stream);
-      break;
+    case collective::all_reduce: qsdp::all_reduce(comm, q, recv, count, op, stream); break;
   }
 }
 

@@ -100,25 +100,19 @@ results run_collectives(qsdp::mpi_communicator& comm, fault mode) {
                    2 * round + 1);
       std::fflush(stderr);
       switch (mode) {
-        case fault::abort:
-          std::abort();
-        case fault::exit:
-          std::exit(3);
+        case fault::abort: std::abort();
+        case fault::exit: std::exit(3);
         case fault::throw_error:
           // A rank-local mistake (here a null output buffer) is thrown before MPI is called, so the
           // other ranks are already waiting in the collective; main's handler must end the job.
           qsdp::reduce_scatter(comm, policy, full.data(), static_cast<float*>(nullptr), count,
                                qsdp::reduce_op::sum);
           break;
-        case fault::segv:
-          std::raise(SIGSEGV);
-          break;
+        case fault::segv: std::raise(SIGSEGV); break;
         case fault::hang:
           for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-        case fault::skip:
-          return out;  // skips the reduce_scatter; main calls MPI_Finalize
-        case fault::none:
-          break;
+        case fault::skip: return out;  // skips the reduce_scatter; main calls MPI_Finalize
+        case fault::none: break;
       }
     }
 

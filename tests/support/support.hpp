@@ -36,16 +36,11 @@ enum class distribution { normal, uniform, lognormal, gradient_with_outliers, mi
 
 inline const char* name(distribution d) {
   switch (d) {
-    case distribution::normal:
-      return "normal";
-    case distribution::uniform:
-      return "uniform";
-    case distribution::lognormal:
-      return "lognormal";
-    case distribution::gradient_with_outliers:
-      return "gradient_with_outliers";
-    case distribution::mixed_scale:
-      return "mixed_scale";
+    case distribution::normal: return "normal";
+    case distribution::uniform: return "uniform";
+    case distribution::lognormal: return "lognormal";
+    case distribution::gradient_with_outliers: return "gradient_with_outliers";
+    case distribution::mixed_scale: return "mixed_scale";
   }
   return "?";
 }
@@ -61,15 +56,9 @@ inline std::vector<float> make_data(distribution d, std::size_t n, std::uint32_t
   std::vector<float> x(n);
   for (std::size_t i = 0; i < n; ++i) {
     switch (d) {
-      case distribution::normal:
-        x[i] = normal(rng);
-        break;
-      case distribution::uniform:
-        x[i] = uni(rng);
-        break;
-      case distribution::lognormal:
-        x[i] = std::exp(2.0f * normal(rng));
-        break;
+      case distribution::normal: x[i] = normal(rng); break;
+      case distribution::uniform: x[i] = uni(rng); break;
+      case distribution::lognormal: x[i] = std::exp(2.0f * normal(rng)); break;
       case distribution::gradient_with_outliers:
         x[i] = (rng() % 97 == 0) ? 100.0f * normal(rng) : 1e-4f * normal(rng);
         break;

@@ -26,14 +26,10 @@ enum class element_type : std::uint8_t { f32 = 1, f64 = 2, f16 = 3, bf16 = 4 };
 
 QSDP_HOST_DEVICE constexpr const char* element_type_name(element_type t) {
   switch (t) {
-    case element_type::f32:
-      return "float";
-    case element_type::f64:
-      return "double";
-    case element_type::f16:
-      return "__half";
-    case element_type::bf16:
-      return "__nv_bfloat16";
+    case element_type::f32: return "float";
+    case element_type::f64: return "double";
+    case element_type::f16: return "__half";
+    case element_type::bf16: return "__nv_bfloat16";
   }
   return "unknown";
 }

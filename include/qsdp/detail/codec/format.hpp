@@ -89,20 +89,13 @@ inline std::string hex32(std::uint32_t v) {
 
 inline const char* quantizer_id_name(std::uint8_t id) {
   switch (id) {
-    case 0:
-      return "user-defined";
-    case 1:
-      return "uniform";
-    case 2:
-      return "stochastic";
-    case 3:
-      return "symmetric";
-    case 4:
-      return "random_shift";
-    case 5:
-      return "identity";
-    default:
-      return "unknown";
+    case 0: return "user-defined";
+    case 1: return "uniform";
+    case 2: return "stochastic";
+    case 3: return "symmetric";
+    case 4: return "random_shift";
+    case 5: return "identity";
+    default: return "unknown";
   }
 }
 
@@ -165,8 +158,7 @@ inline void check_header(const packet_header& h, const header_expectation& want,
   const auto num = [](auto v) { return std::to_string(v); };
   std::string what;
   switch (field) {
-    case header_field::none:
-      break;
+    case header_field::none: break;
     case header_field::magic:
       what = "not a qsdp packet: magic " + hex32(h.magic) + ", expected " + hex32(packet_magic) +
              " (corrupt or misplaced buffer)";

@@ -27,14 +27,10 @@ enum class collective_kind : std::uint32_t { all_gather = 1, reduce_scatter = 2,
 
 inline const char* collective_name(std::uint32_t kind) {
   switch (kind) {
-    case 1:
-      return "all_gather";
-    case 2:
-      return "reduce_scatter";
-    case 3:
-      return "all_reduce";
-    default:
-      return "unknown collective";
+    case 1: return "all_gather";
+    case 2: return "reduce_scatter";
+    case 3: return "all_reduce";
+    default: return "unknown collective";
   }
 }
 

@@ -411,14 +411,10 @@ __device__ QSDP_FORCE_INLINE float identity_value(const std::byte* packet, const
                                                   std::uint8_t element, std::uint64_t i) {
   const std::byte* values = packet + l.codes_offset;
   switch (static_cast<element_type>(element)) {
-    case element_type::f32:
-      return load_value(reinterpret_cast<const float*>(values), i);
-    case element_type::f64:
-      return load_value(reinterpret_cast<const double*>(values), i);
-    case element_type::f16:
-      return load_value(reinterpret_cast<const __half*>(values), i);
-    default:
-      return load_value(reinterpret_cast<const __nv_bfloat16*>(values), i);
+    case element_type::f32: return load_value(reinterpret_cast<const float*>(values), i);
+    case element_type::f64: return load_value(reinterpret_cast<const double*>(values), i);
+    case element_type::f16: return load_value(reinterpret_cast<const __half*>(values), i);
+    default: return load_value(reinterpret_cast<const __nv_bfloat16*>(values), i);
   }
 }
 

@@ -55,19 +55,11 @@ void accumulate_range(const Q& q, const std::byte* packet, const packet_layout& 
                       load_element(acc, i) + element_traits<T>::to_float(load_element(v, i)));
     };
     switch (static_cast<element_type>(read_header(packet).element)) {
-      case element_type::f32:
-        add(float{});
-        break;
-      case element_type::f64:
-        add(double{});
-        break;
+      case element_type::f32: add(float{}); break;
+      case element_type::f64: add(double{}); break;
 #if QSDP_HAS_CUDA_HALF
-      case element_type::f16:
-        add(__half{});
-        break;
-      case element_type::bf16:
-        add(__nv_bfloat16{});
-        break;
+      case element_type::f16: add(__half{}); break;
+      case element_type::bf16: add(__nv_bfloat16{}); break;
 #endif
       default:
         throw qsdp::error(

@@ -33,13 +33,7 @@ class breakable_barrier {
   /// limit; throws qsdp::timeout_error naming the ranks that had not arrived, the ones to look at).
   void arrive_and_wait(int rank, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
-    if (departed_ > 0 && !broken_) {
-      broken_ = true;
-      reason_ = "rank " + std::to_string(departed_rank_) +
-                " returned while the others were still "
-                "in a collective (every rank must make the same calls)";
-      cv_.notify_all();
-    }
+    if (departed_ > 0 && !broken_) break_for_departure(departed_rank_);
     throw_if_broken();
     const std::uint64_t generation = generation_;
     present_[static_cast<std::size_t>(rank)] = true;
@@ -73,13 +67,7 @@ class breakable_barrier {
   void depart(int rank) {
     std::lock_guard lock(mutex_);
     if (departed_++ == 0) departed_rank_ = rank;
-    if (arrived_ > 0 && !broken_) {
-      broken_ = true;
-      reason_ = "rank " + std::to_string(rank) +
-                " returned while the others were still in a "
-                "collective (every rank must make the same calls)";
-      cv_.notify_all();
-    }
+    if (arrived_ > 0 && !broken_) break_for_departure(rank);
   }
 
   void break_with(const std::string& reason) {
@@ -92,6 +80,15 @@ class breakable_barrier {
   }
 
  private:
+  /// A rank that returned can never arrive again: whoever waits, or comes, cannot be released.
+  void break_for_departure(int rank) {
+    broken_ = true;
+    reason_ = "rank " + std::to_string(rank) +
+              " returned while the others were still in a collective (every rank must make the "
+              "same calls)";
+    cv_.notify_all();
+  }
+
   /// " 1" or "s 1, 3": the ranks that have not arrived in the current generation.
   std::string absent_ranks() const {
     std::string list;

@@ -251,6 +251,49 @@ inline void mpi_wait_or_time_out(MPI_Request& request, const fault_options& opti
   }
 }
 
+/// Bytes of both buffers of an exchange of n bytes per rank; refuses a null buffer.
+inline std::size_t mpi_checked_total(const std::byte* send, const std::byte* recv, std::size_t n,
+                                     int size, const char* where) {
+  const std::size_t total = mpi_total_bytes(n, size, where);
+  if (n > 0 && (send == nullptr || recv == nullptr))
+    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") +
+                      " is null with " + std::to_string(n) + " bytes per rank");
+  return total;
+}
+
+/// The MPI functions of one byte collective: blocking, non-blocking, and their names.
+struct mpi_collective_calls {
+  int (*blocking)(const void*, int, MPI_Datatype, void*, int, MPI_Datatype, MPI_Comm);
+  int (*nonblocking)(const void*, int, MPI_Datatype, void*, int, MPI_Datatype, MPI_Comm,
+                     MPI_Request*);
+  const char* blocking_name;
+  const char* nonblocking_name;
+};
+
+/// Exchanges n bytes per rank in calls of at most max_chunk (mpi_exchange_in_chunks): blocking
+/// without a timeout, else non-blocking and polled until done or timed out. `send` may be
+/// MPI_IN_PLACE for all_gather (then every chunk is in place too).
+inline void mpi_exchange(const mpi_collective_calls& calls, MPI_Comm comm, const void* send,
+                         std::byte* recv, std::size_t n, std::size_t max_chunk,
+                         const fault_options& options, const char* where) {
+  const bool limited = effective_timeout(options, mpi_default_timeout).count() > 0;
+  mpi_exchange_in_chunks(
+      n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
+        const void* from =
+            send == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const std::byte*>(send) + offset;
+        if (!limited) {
+          mpi_check(calls.blocking(from, count, type, recv + offset, count, type, comm),
+                    calls.blocking_name, where);
+          return;
+        }
+        MPI_Request request = MPI_REQUEST_NULL;
+        mpi_check(calls.nonblocking(from, count, type, recv + offset, count, type, comm, &request),
+                  calls.nonblocking_name, where);
+        mpi_wait_or_time_out(request, options,
+                             {comm, where, calls.nonblocking_name, n, n > max_chunk, offset});
+      });
+}
+
 /// mpi_communicator::all_gather_bytes with an explicit chunk size (tests pass a tiny one) and
 /// options (without them: blocking calls, no timeout). In place when send is this rank's block of
 /// recv (send == recv + rank * n, as FSDP's all-gather into the full parameter does); any other
@@ -260,29 +303,14 @@ inline void mpi_all_gather_bytes(MPI_Comm comm, int rank, int size, const std::b
                                  std::byte* recv, std::size_t n, std::size_t max_chunk,
                                  const fault_options& options = {}) {
   constexpr const char* where = "qsdp::mpi_communicator::all_gather_bytes";
-  const std::size_t total = mpi_total_bytes(n, size, where);
-  if (n > 0 && (send == nullptr || recv == nullptr))
-    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") +
-                      " is null with " + std::to_string(n) + " bytes per rank");
+  const std::size_t total = mpi_checked_total(send, recv, n, size, where);
   const bool in_place = n > 0 && send == recv + static_cast<std::size_t>(rank) * n;
   if (!in_place && mpi_ranges_overlap(send, n, recv, total))
     throw qsdp::error(std::string(where) +
                       ": send and recv overlap and send is not this rank's block of "
                       "recv (recv + rank * n); MPI forbids aliased buffers");
-  mpi_exchange_in_chunks(
-      n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
-        const void* from = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + offset);
-        if (effective_timeout(options, mpi_default_timeout).count() == 0) {
-          mpi_check(MPI_Allgather(from, count, type, recv + offset, count, type, comm),
-                    "MPI_Allgather", where);
-          return;
-        }
-        MPI_Request request = MPI_REQUEST_NULL;
-        mpi_check(MPI_Iallgather(from, count, type, recv + offset, count, type, comm, &request),
-                  "MPI_Iallgather", where);
-        mpi_wait_or_time_out(request, options,
-                             {comm, where, "MPI_Iallgather", n, n > max_chunk, offset});
-      });
+  mpi_exchange({MPI_Allgather, MPI_Iallgather, "MPI_Allgather", "MPI_Iallgather"}, comm,
+               in_place ? MPI_IN_PLACE : send, recv, n, max_chunk, options, where);
 }
 
 /// mpi_communicator::all_to_all_bytes with an explicit chunk size (tests pass a tiny one) and
@@ -292,26 +320,11 @@ inline void mpi_all_to_all_bytes(MPI_Comm comm, int size, const std::byte* send,
                                  std::size_t n, std::size_t max_chunk,
                                  const fault_options& options = {}) {
   constexpr const char* where = "qsdp::mpi_communicator::all_to_all_bytes";
-  const std::size_t total = mpi_total_bytes(n, size, where);
-  if (n > 0 && (send == nullptr || recv == nullptr))
-    throw qsdp::error(std::string(where) + ": " + (send == nullptr ? "send" : "recv") +
-                      " is null with " + std::to_string(n) + " bytes per rank");
+  const std::size_t total = mpi_checked_total(send, recv, n, size, where);
   if (mpi_ranges_overlap(send, total, recv, total))
     throw qsdp::error(std::string(where) + ": send and recv overlap; MPI forbids aliased buffers");
-  mpi_exchange_in_chunks(
-      n, max_chunk, where, [&](std::size_t offset, int count, MPI_Datatype type) {
-        if (effective_timeout(options, mpi_default_timeout).count() == 0) {
-          mpi_check(MPI_Alltoall(send + offset, count, type, recv + offset, count, type, comm),
-                    "MPI_Alltoall", where);
-          return;
-        }
-        MPI_Request request = MPI_REQUEST_NULL;
-        mpi_check(
-            MPI_Ialltoall(send + offset, count, type, recv + offset, count, type, comm, &request),
-            "MPI_Ialltoall", where);
-        mpi_wait_or_time_out(request, options,
-                             {comm, where, "MPI_Ialltoall", n, n > max_chunk, offset});
-      });
+  mpi_exchange({MPI_Alltoall, MPI_Ialltoall, "MPI_Alltoall", "MPI_Ialltoall"}, comm, send, recv, n,
+               max_chunk, options, where);
 }
 
 }  // namespace qsdp::detail

@@ -29,24 +29,15 @@ inline void nccl_check(ncclResult_t r, ncclComm_t comm, const char* call, const 
 /// The enumerator's name ("ncclRemoteError"), which ncclGetErrorString does not give.
 inline std::string nccl_result_name(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess:
-      return "ncclSuccess";
-    case ncclUnhandledCudaError:
-      return "ncclUnhandledCudaError";
-    case ncclSystemError:
-      return "ncclSystemError";
-    case ncclInternalError:
-      return "ncclInternalError";
-    case ncclInvalidArgument:
-      return "ncclInvalidArgument";
-    case ncclInvalidUsage:
-      return "ncclInvalidUsage";
-    case ncclRemoteError:
-      return "ncclRemoteError";
-    case ncclInProgress:
-      return "ncclInProgress";
-    default:
-      return "ncclResult_t " + std::to_string(static_cast<int>(r));
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    default: return "ncclResult_t " + std::to_string(static_cast<int>(r));
   }
 }
 
