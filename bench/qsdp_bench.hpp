@@ -511,4 +511,10 @@ void dispatch(const options& o, Run&& run) {
     typed.template operator()<__half>();
 }
 
+/// The host backends (local, mpi) and the model for --dtype float, bf16 and half, each in its own
+/// translation unit (qsdp_bench_host_<type>.cpp).
+void run_host_float(const options& o);
+void run_host_bf16(const options& o);
+void run_host_half(const options& o);
+
 }  // namespace qsdp_bench

@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// qsdp-bench's host backends for bf16 values (qsdp_bench_host.hpp).
+#include "qsdp_bench_host.hpp"
+
+void qsdp_bench::run_host_bf16(const options& o) {
+  dispatch_policy<host::all_widths>(o, [&](const auto& q, const std::string& name) {
+    host::run_host<__nv_bfloat16>(o, q, name);
+  });
+}
