@@ -34,81 +34,75 @@ struct shifted_range_meta {
   float shift;
 };
 
-template <class Q>
-concept has_bits = requires {
-  { Q::bits } -> std::convertible_to<int>;
-};
-template <class Q>
-concept has_randomized = requires {
-  { Q::randomized } -> std::convertible_to<bool>;
-};
-template <class Q>
-concept has_bucket_size = requires(const Q& q) {
-  { q.bucket_size } -> std::convertible_to<std::size_t>;
-};
-template <class Q>
-concept has_meta_type = requires {
-  typename Q::meta_type;
-};
-template <class Q>
-concept has_fit = requires(const Q& q, const bucket_stats& s) {
-  { q.fit(s) } -> std::same_as<typename Q::meta_type>;
-};
-template <class Q>
-concept has_encode = requires(const Q& q, const typename Q::meta_type& m) {
-  { q.encode(0.0f, m, 0.0f) } -> std::convertible_to<std::uint32_t>;
-};
-template <class Q>
-concept has_decode = requires(const Q& q, const typename Q::meta_type& m) {
-  { q.decode(std::uint32_t{}, m) } -> std::convertible_to<float>;
-};
-template <class Q>
-concept valid_bits = Q::bits >= 1 && Q::bits <= 8;
-template <class Q>
-concept valid_meta = std::is_trivially_copyable_v<typename Q::meta_type> &&
-                         sizeof(typename Q::meta_type) <= 16 &&
-                     alignof(typename Q::meta_type) <= 16;
+// Each required member once: the concept that tests it and the message that names it when it is
+// missing. A requirement is a struct so that require_policy can walk them in order and instantiate
+// only the first unmet one's static_assert: one readable diagnostic instead of a wall of
+// unsatisfied constraints (C++20 static_assert messages must be literals, hence the macro).
+#define QSDP_DETAIL_POLICY_REQUIREMENT(concept_name, message, ...)                       \
+  template <class Q>                                                                     \
+  concept concept_name = __VA_ARGS__;                                                    \
+  struct concept_name##_requirement {                                                    \
+    template <class Q>                                                                   \
+    static constexpr bool holds = concept_name<Q>;                                       \
+    template <class Q>                                                                   \
+    static consteval void fail() {                                                       \
+      static_assert(concept_name<Q>, "type does not satisfy qsdp::quantizer: " message); \
+    }                                                                                    \
+  }
 
-/// One readable diagnostic per missing member, instead of a wall of unsatisfied constraints.
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_bits, "missing member `static constexpr int bits` (code width, 1..8)", requires {
+      { Q::bits } -> std::convertible_to<int>;
+    });
+QSDP_DETAIL_POLICY_REQUIREMENT(valid_bits, "`bits` must be 1..8", Q::bits >= 1 && Q::bits <= 8);
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_randomized, "missing member `static constexpr bool randomized`", requires {
+      { Q::randomized } -> std::convertible_to<bool>;
+    });
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_bucket_size, "missing member `std::size_t bucket_size`", requires(const Q& q) {
+      { q.bucket_size } -> std::convertible_to<std::size_t>;
+    });
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_meta_type, "missing member type `meta_type` (per-bucket metadata)",
+    requires { typename Q::meta_type; });
+QSDP_DETAIL_POLICY_REQUIREMENT(valid_meta,
+                               "`meta_type` must be trivially copyable and at most 16 bytes",
+                               std::is_trivially_copyable_v<typename Q::meta_type> &&
+                                   sizeof(typename Q::meta_type) <= 16 &&
+                                   alignof(typename Q::meta_type) <= 16);
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_fit, "missing member `meta_type fit(const qsdp::bucket_stats&) const`",
+    requires(const Q& q, const bucket_stats& s) {
+      { q.fit(s) } -> std::same_as<typename Q::meta_type>;
+    });
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_encode, "missing member `std::uint32_t encode(float x, const meta_type&, float u) const`",
+    requires(const Q& q, const typename Q::meta_type& m) {
+      { q.encode(0.0f, m, 0.0f) } -> std::convertible_to<std::uint32_t>;
+    });
+QSDP_DETAIL_POLICY_REQUIREMENT(
+    has_decode, "missing member `float decode(std::uint32_t code, const meta_type&) const`",
+    requires(const Q& q, const typename Q::meta_type& m) {
+      { q.decode(std::uint32_t{}, m) } -> std::convertible_to<float>;
+    });
+#undef QSDP_DETAIL_POLICY_REQUIREMENT
+
+template <class Q, class Requirement, class... Later>
+consteval void require_in_order() {
+  if constexpr (!Requirement::template holds<Q>)
+    Requirement::template fail<Q>();
+  else if constexpr (sizeof...(Later) > 0)
+    require_in_order<Q, Later...>();
+}
+
+/// Turns a type that is not a policy into one compiler message naming its first missing member.
 template <class Q>
 consteval void require_policy() {
-  if constexpr (std::same_as<std::remove_cv_t<Q>, identity>) {
-    return;
-  } else if constexpr (!has_bits<Q>) {
-    static_assert(has_bits<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member "
-                  "`static constexpr int bits` (code width, 1..8)");
-  } else if constexpr (!valid_bits<Q>) {
-    static_assert(valid_bits<Q>, "type does not satisfy qsdp::quantizer: `bits` must be 1..8");
-  } else if constexpr (!has_randomized<Q>) {
-    static_assert(has_randomized<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member "
-                  "`static constexpr bool randomized`");
-  } else if constexpr (!has_bucket_size<Q>) {
-    static_assert(has_bucket_size<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member "
-                  "`std::size_t bucket_size`");
-  } else if constexpr (!has_meta_type<Q>) {
-    static_assert(has_meta_type<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member type "
-                  "`meta_type` (per-bucket metadata)");
-  } else if constexpr (!valid_meta<Q>) {
-    static_assert(valid_meta<Q>,
-                  "type does not satisfy qsdp::quantizer: `meta_type` must be "
-                  "trivially copyable and at most 16 bytes");
-  } else if constexpr (!has_fit<Q>) {
-    static_assert(has_fit<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member "
-                  "`meta_type fit(const qsdp::bucket_stats&) const`");
-  } else if constexpr (!has_encode<Q>) {
-    static_assert(has_encode<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member "
-                  "`std::uint32_t encode(float x, const meta_type&, float u) const`");
-  } else if constexpr (!has_decode<Q>) {
-    static_assert(has_decode<Q>,
-                  "type does not satisfy qsdp::quantizer: missing member "
-                  "`float decode(std::uint32_t code, const meta_type&) const`");
-  }
+  if constexpr (!std::same_as<std::remove_cv_t<Q>, identity>)
+    require_in_order<Q, has_bits_requirement, valid_bits_requirement, has_randomized_requirement,
+                     has_bucket_size_requirement, has_meta_type_requirement, valid_meta_requirement,
+                     has_fit_requirement, has_encode_requirement, has_decode_requirement>();
 }
 
 template <class Q>
