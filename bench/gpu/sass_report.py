@@ -89,12 +89,17 @@ VALUES_PER_ITERATION = {
     "bucket_meta_kernel": BUCKET // 32,  # a warp per bucket: bucket / 32 values per lane
     "encode_groups_kernel": 8,
     "decode_kernel": 8,
+    "decode_spans_kernel": 32,  # span_values
 }
 # Inner loops that run a known number of times per iteration of the steady-state loop: the
 # decoders' loop over packets (once per rank) and the metadata kernel's loop over its lane's values.
 # The metadata kernel's loop is unrolled by nvcc: it runs (bucket / 32) / (values one pass loads)
 # times.
-COUNTED_LOOP = {"decode_kernel": "ranks", "bucket_meta_kernel": "lane values"}
+COUNTED_LOOP = {
+    "decode_kernel": "ranks",
+    "decode_spans_kernel": "ranks",
+    "bucket_meta_kernel": "lane values",
+}
 
 
 @dataclasses.dataclass
@@ -122,7 +127,7 @@ class Kernel:
             return size + meta / BUCKET  # reads the values, writes the metadata
         if self.kind.startswith("encode"):
             return size + code
-        if self.kind == "decode":
+        if self.kind.startswith("decode "):  # decode, decode general
             return code + size
         if self.kind == "decode-accumulate":
             return code + 8  # the fp32 accumulator is read and written
@@ -156,15 +161,18 @@ def hot_kernels() -> list[Kernel]:
                            f"bucket_meta_kernel<{q}, {ctype}>"),
                     Kernel("encode general (codes)", policy, bits, element,
                            f"encode_groups_kernel<{q}, {ctype}>"),
-                    Kernel("decode", policy, bits, element, f"decode_kernel<{q}, store_sink<{ctype}>>"),
+                    Kernel("decode", policy, bits, element,
+                           f"decode_spans_kernel<{q}, store_sink<{ctype}>>"),
+                    Kernel("decode general", policy, bits, element,
+                           f"decode_kernel<{q}, store_sink<{ctype}>>"),
                 ]
                 kernels += [
                     Kernel("reduce-scatter", policy, bits, element,
-                           f"decode_kernel<{q}, reduce_sink<{ctype}>>", ranks)
+                           f"decode_spans_kernel<{q}, reduce_sink<{ctype}>>", ranks)
                     for ranks in RANKS
                 ]
             kernels.append(Kernel("decode-accumulate", policy, bits, "fp32",
-                                  f"decode_kernel<{q}, accumulate_sink>"))
+                                  f"decode_spans_kernel<{q}, accumulate_sink>"))
     return kernels
 
 

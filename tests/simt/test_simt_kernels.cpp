@@ -165,6 +165,37 @@ TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host"
   check_reduce<qsdp::uniform<4>, float>(qsdp::uniform<4>{.bucket_size = 100}, 3001, 3);
 }
 
+TEST_CASE("emulated kernels: decode_accumulate adds like the host, flagged buckets included") {
+  // Spans of 32 (bucket 64) for all but the last 13 values, which the general kernel adds.
+  const qsdp::uniform<4> q{.bucket_size = 64};
+  const std::size_t count = 64 * 40 + 13, packets = 3;
+  const std::size_t bytes = qsdp::compressed_size<float>(q, count);
+  buffer in(bytes * packets, 0);
+  for (std::size_t p = 0; p < packets; ++p) {
+    std::vector<float> x = qsdp_test::make_data(qsdp_test::distribution::mixed_scale, count,
+                                                70 + static_cast<std::uint32_t>(p));
+    if (p == 1) x[70] = NAN, x[200] = -INFINITY;  // buckets 1 and 3 of packet 1 are flagged
+    qsdp::encode(q, x.data(), count, in.get() + p * bytes, qsdp::rng_position{.call = 1});
+  }
+  std::vector<float> want = qsdp_test::make_data(qsdp_test::distribution::normal, count, 80);
+  buffer acc(count * sizeof(float), 0);
+  std::memcpy(acc.get(), want.data(), count * sizeof(float));
+  qsdp::decode_accumulate(q, in.get(), packets, count, want.data());
+  cuda::device_report failure{};
+  float* got = reinterpret_cast<float*>(acc.get());
+  cuda::launch_decode(q, in.get(), bytes, static_cast<unsigned>(packets), count,
+                      qsdp::detail::expectation_for(q, count, -1), 0, &failure,
+                      cuda::accumulate_sink{got, true}, cudaStream_t{}, "simt");
+  std::size_t differing = 0, nan = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    differing += !same_value(want[i], got[i]);
+    nan += std::isnan(got[i]);
+  }
+  CHECK(differing == 0);
+  CHECK(nan == 128);  // two flagged buckets of 64
+  CHECK(failure.ready == 0);
+}
+
 TEST_CASE("emulated kernels: a bad header is reported once and its values become NaN") {
   const qsdp::uniform<8> q;
   const std::size_t count = 5000;
@@ -186,6 +217,15 @@ TEST_CASE("emulated kernels: a bad header is reported once and its values become
         "simt: packet has 5 bits per value, decoder expects 8 (in packet 3, found by the device; "
         "values decoded from it were set to NaN)");
   CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
+
+  // The same packet through the span kernel (aligned output): NaN too, reported once.
+  buffer aligned_out(count * sizeof(float), 0);
+  cuda::device_report again{};
+  float* dst = reinterpret_cast<float*>(aligned_out.get());
+  cuda::launch_decode(q, packet.data(), 0, 1, count, qsdp::detail::expectation_for<float>(q, count),
+                      3, &again, cuda::store_sink<float>{dst, true}, cudaStream_t{}, "simt");
+  CHECK(again.ready == 1);
+  CHECK(std::all_of(dst, dst + count, [](float v) { return std::isnan(v); }));
 }
 
 TEST_SUITE_END();

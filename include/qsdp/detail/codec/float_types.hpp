@@ -140,8 +140,15 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE T saturating_from_float(float v) {
   } else {
     constexpr float limit = element_traits<T>::max_finite;
     constexpr float float_max = 3.40282347e38f;
+#if defined(__CUDA_ARCH__)
+    // The same function in four instructions: clamp, unless v is inf or NaN (|NaN| <= max is
+    // false, and fmaxf would have turned NaN into -limit).
+    const float clamped = fminf(fmaxf(v, -limit), limit);
+    v = fabsf(v) <= float_max ? clamped : v;
+#else
     v = (v > limit && v <= float_max) ? limit : v;
     v = (v < -limit && v >= -float_max) ? -limit : v;
+#endif
     return element_traits<T>::from_float(v);
   }
 }

@@ -310,6 +310,7 @@ __device__ inline bool headers_ok(const std::byte* packets, std::size_t packet_b
 /// folds in one packet's values, end() writes the result.
 template <class T>
 struct store_sink {  // decode: dst = value (saturated into T's range)
+  static constexpr bool adds = false;
   T* dst;
   bool aligned;
   __device__ void begin(std::uint64_t, unsigned, float*) const {}
@@ -338,6 +339,7 @@ struct store_sink {  // decode: dst = value (saturated into T's range)
 };
 
 struct accumulate_sink {  // decode_accumulate: acc += value, packet after packet
+  static constexpr bool adds = true;
   float* acc;
   bool aligned;
   __device__ void begin(std::uint64_t first, unsigned n, float* a) const {
@@ -360,6 +362,7 @@ struct accumulate_sink {  // decode_accumulate: acc += value, packet after packe
 
 template <class T>
 struct reduce_sink {  // reduce-scatter: out = (sum over packets) [/ world], rounded to T
+  static constexpr bool adds = true;
   T* dst;
   bool aligned;
   bool average;
@@ -418,17 +421,18 @@ __device__ QSDP_FORCE_INLINE float identity_value(const std::byte* packet, const
   }
 }
 
-/// Decodes `packets` packets of `count` values (packet p at packets + p * packet_bytes) into the
-/// sink.
+/// Decodes groups first_group.. of `packets` packets of `count` values (packet p at packets + p *
+/// packet_bytes) into the sink: everything decode_spans_kernel does not.
 template <class Q, class Sink>
 __global__ void __launch_bounds__(codec_block)
     decode_kernel(Q q, const std::byte* packets, std::size_t packet_bytes, unsigned packet_count,
-                  unsigned first_index, std::size_t count, packet_layout l, header_expectation want,
-                  int log2_bucket, bool packets_aligned, device_report* failure, Sink sink) {
+                  unsigned first_index, std::size_t count, std::uint64_t first_group,
+                  packet_layout l, header_expectation want, int log2_bucket, bool packets_aligned,
+                  device_report* failure, Sink sink) {
   const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
   const std::uint64_t groups = (count + group_values - 1) / group_values;
-  for (std::uint64_t g = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; g < groups;
-       g += std::uint64_t{gridDim.x} * blockDim.x) {
+  for (std::uint64_t g = first_group + blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
+       g < groups; g += std::uint64_t{gridDim.x} * blockDim.x) {
     const std::uint64_t first = g * group_values;
     const unsigned n =
         count - first < group_values ? static_cast<unsigned>(count - first) : group_values;
@@ -449,6 +453,227 @@ __global__ void __launch_bounds__(codec_block)
       sink.add(a, v, n);
     }
     sink.end(first, n, a);
+  }
+}
+
+// ---- The fast decoder: spans of 32 values
+// ---------------------------------------------------------------------------------------
+// A thread decodes 32 consecutive values (four groups) of one bucket per step: the bucket's flag,
+// metadata and grid (a double division) once per 32 values instead of once per 8, codes and values
+// moved in 16-byte words, every array indexed by compile-time constants so that it stays in
+// registers. It needs a bucket of at least 32 values (a power of two, so spans never straddle
+// buckets), 16-byte aligned packets and output, and covers the whole spans of the count; the
+// general decode_kernel does the rest (the last < 32 values, and everything else).
+
+/// Values per thread and step of decode_spans_kernel.
+inline constexpr unsigned span_values = 32;
+
+/// Loads n 32-bit words from a 4-byte aligned address, in the widest loads its alignment allows.
+template <unsigned N>
+__device__ QSDP_FORCE_INLINE void load_words(const std::byte* at, std::uint32_t (&w)[N]) {
+  if constexpr (N % 4 == 0) {
+    QSDP_UNROLL
+    for (unsigned i = 0; i < N; i += 4) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(at) + i / 4);
+      w[i] = x.x, w[i + 1] = x.y, w[i + 2] = x.z, w[i + 3] = x.w;
+    }
+  } else if constexpr (N % 2 == 0) {
+    QSDP_UNROLL
+    for (unsigned i = 0; i < N; i += 2) {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(at) + i / 2);
+      w[i] = x.x, w[i + 1] = x.y;
+    }
+  } else {
+    QSDP_UNROLL
+    for (unsigned i = 0; i < N; ++i) w[i] = __ldg(reinterpret_cast<const unsigned int*>(at) + i);
+  }
+}
+
+/// Bucket b's metadata from a 16-byte aligned packet. The section starts at byte 32, so metadata of
+/// a multiple of 4 bytes lies on a 4-byte boundary (8 and 16 when its size is a multiple of those):
+/// loaded in words, the built-ins' floats in one or two loads; other types byte by byte.
+template <class M>
+__device__ QSDP_FORCE_INLINE M load_meta_aligned(const std::byte* packet, const packet_layout& l,
+                                                 std::uint64_t b) {
+  if constexpr (sizeof(M) % 4 == 0) {
+    std::uint32_t w[sizeof(M) / 4];
+    load_words(packet + l.meta_offset + b * sizeof(M), w);
+    M m;
+    memcpy(static_cast<void*>(&m), w, sizeof m);
+    return m;
+  } else {
+    return load_meta<M>(packet, l, b);
+  }
+}
+
+/// Codes of group j (0..3) of a span whose codes are the B 32-bit words w (LSB first).
+template <int B>
+__device__ QSDP_FORCE_INLINE std::uint64_t span_group_word(const std::uint32_t (&w)[B],
+                                                           unsigned j) {
+  const unsigned bit = j * 8 * B, i = bit / 32, shift = bit % 32;
+  std::uint64_t word = w[i];
+  if (i + 1 < B) word |= static_cast<std::uint64_t>(w[i + 1]) << 32;
+  if (shift != 0) {
+    word >>= shift;
+    if (i + 2 < B) word |= static_cast<std::uint64_t>(w[i + 2]) << (64 - shift);
+  }
+  return B == 8 ? word : word & ((std::uint64_t{1} << (8 * B)) - 1);
+}
+
+/// The 32 values of span s of one packet (flagged buckets and bad packets: NaN).
+template <class Q>
+__device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packet,
+                                              const packet_layout& l, std::uint64_t s,
+                                              int log2_bucket, bool ok, float (&v)[span_values]) {
+  using meta_type = typename Q::meta_type;
+  constexpr int B = Q::bits;
+  const std::uint64_t b = (s * span_values) >> log2_bucket;
+  const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
+  if (!ok || bucket_flagged(flags, b)) {
+    QSDP_UNROLL
+    for (unsigned k = 0; k < span_values; ++k) v[k] = quiet_nan();
+    return;
+  }
+  const meta_type m = load_meta_aligned<meta_type>(packet, l, b);
+  std::uint32_t w[B];  // 32 codes of B bits: B words, at byte 4 * B * s (4-byte aligned)
+  load_words(packet + l.codes_offset + s * (4 * B), w);
+  if constexpr (32 % B == 0) {
+    // Widths that divide 32: code k lies inside word k * B / 32; 32-bit shifts (a byte permute for
+    // B = 8) instead of the 64-bit ones of a group's word.
+    QSDP_UNROLL
+    for (unsigned k = 0; k < span_values; ++k) {
+      const std::uint32_t word = w[k * B / 32];
+      const unsigned shift = k * B % 32;
+      std::uint32_t code;
+      if constexpr (B == 8) {
+#if defined(__CUDA_ARCH__)
+        code = __byte_perm(word, 0u, 0x4440u + shift / 8);
+#else
+        code = (word >> shift) & 0xFFu;
+#endif
+      } else {
+        code = (word >> shift) & ((1u << B) - 1u);
+      }
+      v[k] = q.decode(code, m);
+    }
+  } else {
+    QSDP_UNROLL
+    for (unsigned j = 0; j < span_values / group_values; ++j) {
+      const std::uint64_t word = span_group_word<B>(w, j);
+      QSDP_UNROLL
+      for (unsigned k = 0; k < group_values; ++k)
+        v[j * group_values + k] = q.decode(code_at<B>(word, k), m);
+    }
+  }
+}
+
+/// 32 values of T from 32 floats, as 16-byte words (T's own rounding, `saturate` or plain).
+template <class T, bool Saturate>
+__device__ QSDP_FORCE_INLINE void store_span(T* dst, std::uint64_t first,
+                                             const float (&a)[span_values]) {
+  auto* to = reinterpret_cast<uint4*>(dst + first);
+  if constexpr (sizeof(T) == 4) {
+    QSDP_UNROLL
+    for (unsigned i = 0; i < span_values; i += 4)
+      to[i / 4] = make_uint4(
+          detail::bit_cast<std::uint32_t>(a[i]), detail::bit_cast<std::uint32_t>(a[i + 1]),
+          detail::bit_cast<std::uint32_t>(a[i + 2]), detail::bit_cast<std::uint32_t>(a[i + 3]));
+  } else {
+    std::uint32_t pairs[span_values / 2];
+    QSDP_UNROLL
+    for (unsigned i = 0; i < span_values; i += 2) {
+      const T lo = Saturate ? saturating_from_float<T>(a[i]) : element_traits<T>::from_float(a[i]);
+      const T hi =
+          Saturate ? saturating_from_float<T>(a[i + 1]) : element_traits<T>::from_float(a[i + 1]);
+      std::uint16_t l16, h16;
+      memcpy(&l16, static_cast<const void*>(&lo), 2);
+      memcpy(&h16, static_cast<const void*>(&hi), 2);
+      pairs[i / 2] = l16 | (static_cast<std::uint32_t>(h16) << 16);
+    }
+    QSDP_UNROLL
+    for (unsigned i = 0; i < span_values / 2; i += 4)
+      to[i / 4] = make_uint4(pairs[i], pairs[i + 1], pairs[i + 2], pairs[i + 3]);
+  }
+}
+
+/// The spans' versions of the sinks (store_sink, accumulate_sink, reduce_sink above): the same
+/// arithmetic on 32 values at once.
+template <class Sink>  // store and reduce: from zeros
+__device__ QSDP_FORCE_INLINE void span_begin(const Sink&, std::uint64_t, float (&a)[span_values]) {
+  QSDP_UNROLL
+  for (unsigned k = 0; k < span_values; ++k) a[k] = 0.0f;
+}
+template <class T>
+__device__ QSDP_FORCE_INLINE void span_end(const store_sink<T>& sink, std::uint64_t first,
+                                           const float (&a)[span_values]) {
+  store_span<T, true>(sink.dst, first, a);
+}
+__device__ QSDP_FORCE_INLINE void span_begin(const accumulate_sink& sink, std::uint64_t first,
+                                             float (&a)[span_values]) {
+  const auto* from = reinterpret_cast<const float4*>(sink.acc + first);
+  QSDP_UNROLL
+  for (unsigned i = 0; i < span_values; i += 4) {
+    const float4 x = from[i / 4];
+    a[i] = x.x, a[i + 1] = x.y, a[i + 2] = x.z, a[i + 3] = x.w;
+  }
+}
+__device__ QSDP_FORCE_INLINE void span_end(const accumulate_sink& sink, std::uint64_t first,
+                                           const float (&a)[span_values]) {
+  store_span<float, false>(sink.acc, first, a);
+}
+template <class T>
+__device__ QSDP_FORCE_INLINE void span_end(const reduce_sink<T>& sink, std::uint64_t first,
+                                           float (&a)[span_values]) {
+  if (sink.average) {
+    // sum / world, rounded once: for a power-of-two world, sum * (1 / world) is the same exact
+    // quotient rounded the same way (the reciprocal is exact), without a division per value.
+    const float world = sink.world;
+    const bool power_of_two = (detail::bit_cast<std::uint32_t>(world) & 0x007FFFFFu) == 0;
+    if (power_of_two) {
+      const float inverse = 1.0f / world;
+      QSDP_UNROLL
+      for (unsigned k = 0; k < span_values; ++k) a[k] = a[k] * inverse;
+    } else {
+      QSDP_UNROLL
+      for (unsigned k = 0; k < span_values; ++k) a[k] = a[k] / world;
+    }
+  }
+  store_span<T, false>(sink.dst, first, a);
+}
+
+/// Folds one packet's values in: the store sink takes them as they are (0 + -0 would be +0), the
+/// others add in packet order.
+template <class Sink>
+__device__ QSDP_FORCE_INLINE void span_add(const Sink&, float (&a)[span_values],
+                                           const float (&v)[span_values]) {
+  QSDP_UNROLL
+  for (unsigned k = 0; k < span_values; ++k) {
+    if constexpr (Sink::adds)
+      a[k] = a[k] + v[k];
+    else
+      a[k] = v[k];
+  }
+}
+
+/// Decodes the first `spans` spans of `packet_count` packets into the sink (see the section
+/// comment).
+template <class Q, class Sink>
+__global__ void __launch_bounds__(codec_block)
+    decode_spans_kernel(Q q, const std::byte* packets, std::size_t packet_bytes,
+                        unsigned packet_count, unsigned first_index, std::uint64_t spans,
+                        packet_layout l, header_expectation want, int log2_bucket,
+                        device_report* failure, Sink sink) {
+  const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
+  for (std::uint64_t s = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; s < spans;
+       s += std::uint64_t{gridDim.x} * blockDim.x) {
+    float a[span_values];
+    span_begin(sink, s * span_values, a);
+    for (unsigned p = 0; p < packet_count; ++p) {
+      float v[span_values];
+      decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
+      span_add(sink, a, v);
+    }
+    span_end(sink, s * span_values, a);
   }
 }
 

@@ -114,9 +114,23 @@ void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_byte
     log2_bucket = pow2_log(q.bucket_size, group_values, std::size_t{1} << 62);
   }
   const std::uint64_t groups = (count + group_values - 1) / group_values;
-  launch(decode_kernel<Q, Sink>, grid_for(groups, codec_block), codec_block, stream,
-         "decode_kernel", where, q, packets, packet_bytes, packet_count, first_index, count, l,
-         want, log2_bucket, aligned16(packets), failure, sink);
+  std::uint64_t first_group = 0;
+  if constexpr (!is_identity<Q>) {
+    // Whole spans of 32 values through the fast kernel when buckets hold whole spans and every
+    // buffer allows 16-byte words; the general kernel decodes the rest.
+    const bool aligned = aligned16(packets) && (packet_count == 1 || packet_bytes % 16 == 0);
+    const std::uint64_t spans = count / span_values;
+    if (log2_bucket >= 5 && aligned && sink.aligned && spans > 0) {
+      launch(decode_spans_kernel<Q, Sink>, grid_for(spans, codec_block), codec_block, stream,
+             "decode_spans_kernel", where, q, packets, packet_bytes, packet_count, first_index,
+             spans, l, want, log2_bucket, failure, sink);
+      first_group = spans * (span_values / group_values);
+      if (first_group == groups) return;
+    }
+  }
+  launch(decode_kernel<Q, Sink>, grid_for(groups - first_group, codec_block), codec_block, stream,
+         "decode_kernel", where, q, packets, packet_bytes, packet_count, first_index, count,
+         first_group, l, want, log2_bucket, aligned16(packets), failure, sink);
 }
 
 /// The failure channel of the plain device codec calls, one per device (collectives use their
