@@ -154,6 +154,9 @@ def hot_kernels() -> list[Kernel]:
             if bits < lowest:
                 continue
             q = f"qsdp::{policy}<{bits}>"
+            # Widths of at most 4 bits that divide 32 decode buckets of >= 512 values (1024 here)
+            # through the shuffled table (codec_kernels.cuh, shuffled_width).
+            shuffled = "true" if bits <= 4 and 32 % bits == 0 else "false"
             for element, (ctype, _) in ELEMENTS.items():
                 kernels += [
                     Kernel("encode", policy, bits, element, f"encode_buckets_kernel<{q}, {ctype}>"),
@@ -162,17 +165,17 @@ def hot_kernels() -> list[Kernel]:
                     Kernel("encode general (codes)", policy, bits, element,
                            f"encode_groups_kernel<{q}, {ctype}>"),
                     Kernel("decode", policy, bits, element,
-                           f"decode_spans_kernel<{q}, store_sink<{ctype}>>"),
+                           f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"),
                     Kernel("decode general", policy, bits, element,
                            f"decode_kernel<{q}, store_sink<{ctype}>>"),
                 ]
                 kernels += [
                     Kernel("reduce-scatter", policy, bits, element,
-                           f"decode_spans_kernel<{q}, reduce_sink<{ctype}>>", ranks)
+                           f"decode_spans_kernel<{q}, reduce_sink<{ctype}>, {shuffled}>", ranks)
                     for ranks in RANKS
                 ]
             kernels.append(Kernel("decode-accumulate", policy, bits, "fp32",
-                                  f"decode_spans_kernel<{q}, accumulate_sink>"))
+                                  f"decode_spans_kernel<{q}, accumulate_sink, {shuffled}>"))
     return kernels
 
 

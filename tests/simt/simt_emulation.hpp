@@ -79,6 +79,24 @@ T shfl_xor(unsigned, T value, unsigned offset) {
   return out;
 }
 
+/// __shfl_sync: the value of lane (this lane's group of `width`) + (src mod width); the hardware
+/// reads only src's low log2(width) bits, whatever the rest.
+template <class T>
+T shfl(unsigned, T value, int src, int width = 32) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof value);
+  current->slots[thread_index.x] = bits;
+  warp_barrier().arrive_and_wait();
+  const unsigned w = static_cast<unsigned>(width);
+  const unsigned from = (thread_index.x & ~(w - 1)) | (static_cast<unsigned>(src) & (w - 1));
+  const std::uint64_t theirs = current->slots[from];
+  warp_barrier().arrive_and_wait();
+  T out;
+  std::memcpy(&out, &theirs, sizeof out);
+  return out;
+}
+
 template <class T>
 T ldg(const T* p) {
   return *p;
@@ -134,6 +152,7 @@ void launch(void (*kernel)(Params...), unsigned grid, unsigned threads, Args&&..
 #define __syncthreads_and ::qsdp_simt::syncthreads_and
 #define __syncwarp ::qsdp_simt::syncwarp
 #define __shfl_xor_sync ::qsdp_simt::shfl_xor
+#define __shfl_sync ::qsdp_simt::shfl
 #define __ldg ::qsdp_simt::ldg
 #define atomicOr ::qsdp_simt::atomic_or
 #define atomicCAS ::qsdp_simt::atomic_cas

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <qsdp/codec.hpp>
@@ -163,18 +164,22 @@ TEST_CASE("emulated kernels: symmetric<2> and random_shift<7> write the host's p
 TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host") {
   check_reduce<qsdp::stochastic<8>, __nv_bfloat16>(qsdp::stochastic<8>{}, 20000, 4);
   check_reduce<qsdp::uniform<4>, float>(qsdp::uniform<4>{.bucket_size = 100}, 3001, 3);
+  check_reduce<qsdp::uniform<4>, __nv_bfloat16>(qsdp::uniform<4>{}, 9000, 8);  // shuffled table
 }
 
-TEST_CASE("emulated kernels: decode_accumulate adds like the host, flagged buckets included") {
-  // Spans of 32 (bucket 64) for all but the last 13 values, which the general kernel adds.
-  const qsdp::uniform<4> q{.bucket_size = 64};
-  const std::size_t count = 64 * 40 + 13, packets = 3;
+/// decode_accumulate of three packets (buckets 1 and 3 of the second flagged) against the host's.
+template <class Q>
+void check_accumulate(const Q& q, std::size_t count) {
+  const std::size_t packets = 3;
   const std::size_t bytes = qsdp::compressed_size<float>(q, count);
   buffer in(bytes * packets, 0);
   for (std::size_t p = 0; p < packets; ++p) {
     std::vector<float> x = qsdp_test::make_data(qsdp_test::distribution::mixed_scale, count,
                                                 70 + static_cast<std::uint32_t>(p));
-    if (p == 1) x[70] = NAN, x[200] = -INFINITY;  // buckets 1 and 3 of packet 1 are flagged
+    if (p == 1) {  // buckets 1 and 3 of packet 1 are flagged
+      x[q.bucket_size + 6] = NAN;
+      x[3 * q.bucket_size + 8] = -INFINITY;
+    }
     qsdp::encode(q, x.data(), count, in.get() + p * bytes, qsdp::rng_position{.call = 1});
   }
   std::vector<float> want = qsdp_test::make_data(qsdp_test::distribution::normal, count, 80);
@@ -191,9 +196,17 @@ TEST_CASE("emulated kernels: decode_accumulate adds like the host, flagged bucke
     differing += !same_value(want[i], got[i]);
     nan += std::isnan(got[i]);
   }
+  INFO(std::string(qsdp::policy_name<Q>()) << "<" << Q::bits << "> bucket " << q.bucket_size);
   CHECK(differing == 0);
-  CHECK(nan == 128);  // two flagged buckets of 64
+  CHECK(nan == 2 * q.bucket_size);  // the two flagged buckets
   CHECK(failure.ready == 0);
+}
+
+TEST_CASE("emulated kernels: decode_accumulate adds like the host, flagged buckets included") {
+  // Spans for all but the last values, which the general kernel adds: computed (bucket 64), and
+  // through the shuffled table with 16 lanes per bucket (bucket 512, 2 bits).
+  check_accumulate(qsdp::uniform<4>{.bucket_size = 64}, 64 * 40 + 13);
+  check_accumulate(qsdp::symmetric<2>{.bucket_size = 512}, 512 * 9 + 45);
 }
 
 TEST_CASE("emulated kernels: a bad header is reported once and its values become NaN") {

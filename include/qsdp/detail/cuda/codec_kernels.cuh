@@ -567,6 +567,73 @@ __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packe
   }
 }
 
+/// Widths whose spans decode through a shuffled table: lane l evaluates code l mod 2^B of its own
+/// bucket once, and every value takes its decoded value from the lane of its code with one warp
+/// shuffle, instead of a conversion, a double fma and a rounding per value. It needs 2^B <= 16
+/// lanes per bucket's lane group (buckets of >= 512 values: 16 or 32 lanes, whole spans) and B
+/// dividing 32. The shuffle's source lane is the code word shifted, unmasked: a shuffle of width w
+/// reads only its low log2(w) bits, and lane j of the group holds code j mod 2^B.
+template <int B>
+inline constexpr bool shuffled_width = B <= 4 && 32 % B == 0;
+inline constexpr int shuffled_min_log2_bucket = 9;
+
+/// Lanes per bucket of the shuffled table (16 or 32), and this lane's table entry: the value of
+/// code (lane mod 2^B) in span s's bucket (NaN for a flagged bucket or a bad packet).
+__device__ QSDP_FORCE_INLINE int shuffled_lanes(int log2_bucket) {
+  return log2_bucket >= 10 ? 32 : 1 << (log2_bucket - 5);
+}
+template <class Q>
+__device__ QSDP_FORCE_INLINE float shuffled_entry(const Q& q, const std::byte* packet,
+                                                  const packet_layout& l, std::uint64_t s,
+                                                  int log2_bucket, bool ok) {
+  const std::uint64_t b = (s * span_values) >> log2_bucket;
+  const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
+  if (!ok || bucket_flagged(flags, b)) return quiet_nan();
+  return q.decode((threadIdx.x % 32) & ((1u << Q::bits) - 1u),
+                  load_meta_aligned<typename Q::meta_type>(packet, l, b));
+}
+
+/// Span s's 32 code words' shuffles of `entry` (a float, or T's bit pattern).
+template <int B, class E>
+__device__ QSDP_FORCE_INLINE void shuffle_span(const std::byte* packet, const packet_layout& l,
+                                               std::uint64_t s, int width, E entry,
+                                               E (&v)[span_values]) {
+  std::uint32_t w[B];
+  load_words(packet + l.codes_offset + s * (4 * B), w);
+  QSDP_UNROLL
+  for (unsigned k = 0; k < span_values; ++k)
+    v[k] = __shfl_sync(0xFFFFFFFFu, entry, static_cast<int>(w[k * B / 32] >> (k * B % 32)), width);
+}
+
+template <class Q>
+__device__ QSDP_FORCE_INLINE void decode_span_shuffled(const Q& q, const std::byte* packet,
+                                                       const packet_layout& l, std::uint64_t s,
+                                                       int log2_bucket, bool ok,
+                                                       float (&v)[span_values]) {
+  shuffle_span<Q::bits>(packet, l, s, shuffled_lanes(log2_bucket),
+                        shuffled_entry(q, packet, l, s, log2_bucket, ok), v);
+}
+
+/// Decode into a 16-bit T through the shuffled table of T's bit patterns, saturated and rounded
+/// once per lane: a value costs a shuffle and half a pack.
+template <class Q, class T>
+__device__ QSDP_FORCE_INLINE void decode_span_shuffled_into(const Q& q, const std::byte* packet,
+                                                            const packet_layout& l, std::uint64_t s,
+                                                            int log2_bucket, bool ok, bool active,
+                                                            T* dst) {
+  const T t = saturating_from_float<T>(shuffled_entry(q, packet, l, s, log2_bucket, ok));
+  std::uint16_t pattern;
+  memcpy(&pattern, static_cast<const void*>(&t), 2);
+  std::uint32_t v[span_values];
+  shuffle_span<Q::bits>(packet, l, s, shuffled_lanes(log2_bucket), std::uint32_t{pattern}, v);
+  if (!active) return;
+  auto* to = reinterpret_cast<uint4*>(dst + s * span_values);
+  QSDP_UNROLL
+  for (unsigned i = 0; i < span_values; i += 8)
+    to[i / 8] = make_uint4(v[i] | v[i + 1] << 16, v[i + 2] | v[i + 3] << 16,
+                           v[i + 4] | v[i + 5] << 16, v[i + 6] | v[i + 7] << 16);
+}
+
 /// 32 values of T from 32 floats, as 16-byte words (T's own rounding, `saturate` or plain).
 template <class T, bool Saturate>
 __device__ QSDP_FORCE_INLINE void store_span(T* dst, std::uint64_t first,
@@ -641,6 +708,12 @@ __device__ QSDP_FORCE_INLINE void span_end(const reduce_sink<T>& sink, std::uint
   store_span<T, false>(sink.dst, first, a);
 }
 
+/// Whether the sink is decode's into a 16-bit type (the shuffled table then holds its patterns).
+template <class Sink>
+inline constexpr bool stores_16_bit = false;
+template <class T>
+inline constexpr bool stores_16_bit<store_sink<T>> = sizeof(T) == 2;
+
 /// Folds one packet's values in: the store sink takes them as they are (0 + -0 would be +0), the
 /// others add in packet order.
 template <class Sink>
@@ -656,24 +729,47 @@ __device__ QSDP_FORCE_INLINE void span_add(const Sink&, float (&a)[span_values],
 }
 
 /// Decodes the first `spans` spans of `packet_count` packets into the sink (see the section
-/// comment).
-template <class Q, class Sink>
+/// comment); Shuffled: through the shuffled table (shuffled_width, buckets of >= 512 values).
+template <class Q, class Sink, bool Shuffled>
 __global__ void __launch_bounds__(codec_block)
     decode_spans_kernel(Q q, const std::byte* packets, std::size_t packet_bytes,
                         unsigned packet_count, unsigned first_index, std::uint64_t spans,
                         packet_layout l, header_expectation want, int log2_bucket,
                         device_report* failure, Sink sink) {
   const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
-  for (std::uint64_t s = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; s < spans;
-       s += std::uint64_t{gridDim.x} * blockDim.x) {
-    float a[span_values];
-    span_begin(sink, s * span_values, a);
-    for (unsigned p = 0; p < packet_count; ++p) {
-      float v[span_values];
-      decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
-      span_add(sink, a, v);
+  const auto span = [&](std::uint64_t s, bool active) {
+    if constexpr (Shuffled && stores_16_bit<Sink>) {
+      decode_span_shuffled_into(q, packets, l, s, log2_bucket, ok, active, sink.dst);  // 1 packet
+    } else {
+      float a[span_values];
+      span_begin(sink, s * span_values, a);
+      for (unsigned p = 0; p < packet_count; ++p) {
+        float v[span_values];
+        if constexpr (Shuffled)
+          decode_span_shuffled(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
+        else
+          decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
+        span_add(sink, a, v);
+      }
+      if (active) span_end(sink, s * span_values, a);
     }
-    span_end(sink, s * span_values, a);
+  };
+  if constexpr (Shuffled) {
+    // A warp takes 32 consecutive spans per step and its lanes stay together (the table needs
+    // every lane): a lane past the last span decodes the last span again and stores nothing. (The
+    // last span, not the warp's first: a lane's table entry must be its own lane group's bucket's,
+    // and a group with lanes past the end holds the last span.)
+    const unsigned lane = threadIdx.x % 32;
+    const std::uint64_t warps = std::uint64_t{gridDim.x} * blockDim.x / 32;
+    for (std::uint64_t base = (blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x) / 32 * 32;
+         base < spans; base += warps * 32) {
+      const bool active = base + lane < spans;
+      span(active ? base + lane : spans - 1, active);
+    }
+  } else {
+    for (std::uint64_t s = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; s < spans;
+         s += std::uint64_t{gridDim.x} * blockDim.x)
+      span(s, true);
   }
 }
 

@@ -121,9 +121,12 @@ void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_byte
     const bool aligned = aligned16(packets) && (packet_count == 1 || packet_bytes % 16 == 0);
     const std::uint64_t spans = count / span_values;
     if (log2_bucket >= 5 && aligned && sink.aligned && spans > 0) {
-      launch(decode_spans_kernel<Q, Sink>, grid_for(spans, codec_block), codec_block, stream,
-             "decode_spans_kernel", where, q, packets, packet_bytes, packet_count, first_index,
-             spans, l, want, log2_bucket, failure, sink);
+      auto* kernel = decode_spans_kernel<Q, Sink, false>;
+      if constexpr (shuffled_width<Q::bits>)
+        if (log2_bucket >= shuffled_min_log2_bucket) kernel = decode_spans_kernel<Q, Sink, true>;
+      launch(kernel, grid_for(spans, codec_block), codec_block, stream, "decode_spans_kernel",
+             where, q, packets, packet_bytes, packet_count, first_index, spans, l, want,
+             log2_bucket, failure, sink);
       first_group = spans * (span_values / group_values);
       if (first_group == groups) return;
     }
