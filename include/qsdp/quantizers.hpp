@@ -86,7 +86,7 @@ class call_counter {
     return detail::grid_code<randomized>(code_grid_for(m), x, u);                     \
   }                                                                                   \
   QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {       \
-    return static_cast<float>(detail::grid_value(value_grid_for(m), code));           \
+    return detail::grid_decode(value_grid_for(m), code);                              \
   }
 
 /// Asymmetric min/max quantization, round to nearest. Metadata: min and max (2 floats per bucket).
@@ -106,7 +106,7 @@ struct uniform {
   // In double, min + code * step lies within a few double ulps of [min, max], so rounding to float
   // lands inside [min, max]: no clamp needed, and finite data stay finite.
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& m) const {
-    return detail::range_value_grid(m.min, m.max, levels, 0.0, 0.0, false);
+    return detail::range_value_grid(m.min, m.max, levels, 0.0, false, 0.0, false);
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
@@ -156,7 +156,7 @@ struct symmetric {
   // (code - center) * step is within a double ulp of [-abs_max, abs_max]: rounds to float inside
   // it. A product, not an fma with base 0, so that a result that rounds to -0 stays -0.
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& abs_max) const {
-    return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0};
+    return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0, false};
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
@@ -189,8 +189,8 @@ struct random_shift {
   // (a shift of 1e-38 vanishes in shift - 1). The grid may reach past +-FLT_MAX when the data sit
   // there: saturated, so finite stays finite.
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& m) const {
-    return detail::range_value_grid(m.min, m.max, intervals, -1.0, static_cast<double>(m.shift),
-                                    true);
+    return detail::range_value_grid(m.min, m.max, intervals, -1.0, true,
+                                    static_cast<double>(m.shift), true);
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };

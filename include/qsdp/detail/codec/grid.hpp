@@ -71,6 +71,10 @@ struct value_grid {
   bool clamp;
   double lo;
   double hi;
+  /// Whether `fraction` is added. code + shift is never -0 (an integer plus an integer-valued
+  /// shift rounds a zero sum to +0), so adding a zero fraction changes nothing; a grid whose
+  /// fraction is always zero says so, and its decoders skip a double addition per value.
+  bool fractional = true;
 };
 
 /// A code on the grid; `u` is the value's draw, read only when DrawnOffset.
@@ -83,13 +87,27 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code(const code_grid& g, f
 
 /// The value of a code, in double (the AVX2 loops round the same double to float).
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE double grid_value(const value_grid& g, std::uint32_t code) {
-  // code + shift is never -0 (an integer plus an integer-valued shift rounds a zero sum to +0), so
-  // adding a zero fraction changes nothing: skipped, which saves a double addition per value where
-  // the fraction is a constant 0 (uniform, stochastic, symmetric).
   const double whole = static_cast<double>(code) + g.shift;
-  const double c = g.fraction != 0.0 ? whole + g.fraction : whole;
+  const double c = g.fractional ? whole + g.fraction : whole;
   const double v = g.product ? c * g.step : fma_d(c, g.step, g.base);
   return g.clamp ? clamp_d(v, g.lo, g.hi) : v;
+}
+
+/// The decoded float: grid_value rounded to float. On the device a clamp to float's finite range
+/// (random_shift's saturation) is done after the rounding, as two float min/max instead of a NaN-
+/// aware clamp in double: the same float for every double v (|v| <= FLT_MAX rounds inside the
+/// range; beyond it, or inf, rounds to at most inf and is clamped to +-FLT_MAX; NaN becomes
+/// -FLT_MAX either way, since fmaxf returns its other operand).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float grid_decode(const value_grid& g, std::uint32_t code) {
+#if defined(__CUDA_ARCH__)
+  if (g.clamp && g.lo == -float_max && g.hi == float_max) {
+    value_grid unclamped = g;
+    unclamped.clamp = false;
+    const auto f = static_cast<float>(grid_value(unclamped, code));
+    return fminf(fmaxf(f, -3.40282347e38f), 3.40282347e38f);
+  }
+#endif
+  return static_cast<float>(grid_value(g, code));
 }
 
 /// The grid of `intervals` steps over [min, max], shifted by `offset` (asymmetric policies).
@@ -101,12 +119,15 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE code_grid range_code_grid(float min, float ma
 }
 
 /// min + (code + shift + fraction) * step, step = (max - min) / intervals, optionally saturated to
-/// float's finite range. In double, max - min stays finite even beyond FLT_MAX.
+/// float's finite range. In double, max - min stays finite even beyond FLT_MAX. `fractional`: false
+/// where the fraction is always 0 (value_grid::fractional).
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE value_grid range_value_grid(float min, float max,
                                                                double intervals, double shift,
-                                                               double fraction, bool saturate) {
+                                                               bool fractional, double fraction,
+                                                               bool saturate) {
   const double step = (static_cast<double>(max) - static_cast<double>(min)) / intervals;
-  return {false, shift, fraction, step, static_cast<double>(min), saturate, -float_max, float_max};
+  return {false,    shift,      fraction,  step,      static_cast<double>(min),
+          saturate, -float_max, float_max, fractional};
 }
 
 }  // namespace qsdp::detail
