@@ -303,17 +303,13 @@ def parse_ptxas(text: str) -> dict[str, Resources]:
     out: dict[str, Resources] = {}
     current = None
     for line in text.splitlines():
-        m = re.search(r"Function properties for (\S+)", line)
+        m = re.search(r"(?:Function properties for |Compiling entry function ')([^'\s]+)", line)
         if m:
             current = out.setdefault(m.group(1), Resources())
             continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and current:
             current.stack, current.spill_stores, current.spill_loads = map(int, m.groups())
-            continue
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            current = out.setdefault(m.group(1), Resources())
             continue
         m = re.search(r"Used (\d+) registers", line)
         if m and current:
