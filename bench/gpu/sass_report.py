@@ -17,12 +17,16 @@ moves through memory (read + write). A kernel cannot run faster than its ceiling
 does; at or above 1.0 it can reach copy speed.
 
 One iteration of the steady-state loop (the outermost loop that stores to global memory; its latch is
-a conditional branch back) is one path through its blocks. Of all paths the script takes the one that
-(1) enters the counted inner loop, if the kernel has one, (2) makes the widest global stores, (3) the
-widest global loads, (4) the most value conversions, and (5) issues the fewest instructions. Width
-counts as (bytes - 1) per access, so byte-wise accesses (what the unaligned and cut-tail paths do)
-are no work: the path found is the full-group vector path, not a cut tail's, a flagged bucket's or a
-diverged warp's. The counted inner loop runs a known number of times per iteration: the decoders'
+a conditional branch back; of several such loops, the one with the widest stores: the span decoders
+have one for 16-byte aligned output and one for skewed output, reported as `decode skewed`) is one
+path through its blocks. Of all paths the script takes the one that (1) enters the counted inner
+loop, if the kernel has one, (2) makes the most stores of the loop's widest store width, (3) the
+widest global loads (width counts as bytes - 1 per load), (4) the most value conversions, and (5)
+issues the fewest instructions. So byte-wise loads (what the unaligned and cut-tail paths do) and
+narrower stores (a lane's metadata bytes, the 2-byte stores that end a run of skewed decode spans)
+are no work: the path found is the full-group vector path, not a cut tail's, a flagged bucket's, a
+peeled end's or a diverged warp's.
+The counted inner loop runs a known number of times per iteration: the decoders'
 packet loop once per packet (the fused reduce-scatter decode is reported for 2, 4 and 8 ranks), the
 metadata kernel's lane loop (bucket / 32) / (values it loads per pass) times. Any other inner loop in
 the steady-state loop may run any number of times, or be skipped by the counted path: such a kernel
@@ -106,8 +110,8 @@ COUNTED_LOOP = {
 class Kernel:
     """One hot kernel of the report."""
 
-    kind: str  # encode, encode general (meta), encode general (codes), decode, decode-accumulate,
-    # reduce-scatter
+    kind: str  # encode, encode general (meta), encode general (codes), decode, decode general,
+    # decode skewed, decode-accumulate, reduce-scatter
     policy: str
     bits: int
     element: str  # bf16 / fp32 (decode-accumulate: fp32)
@@ -168,6 +172,10 @@ def hot_kernels() -> list[Kernel]:
                            f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"),
                     Kernel("decode general", policy, bits, element,
                            f"decode_kernel<{q}, store_sink<{ctype}>>"),
+                    # The same kernel's loop for output off a 16-byte boundary (an all_gather
+                    # chunk of a count that is no multiple of 16 bytes): reported, not budgeted.
+                    Kernel("decode skewed", policy, bits, element,
+                           f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"),
                 ]
                 kernels += [
                     Kernel("reduce-scatter", policy, bits, element,
@@ -404,8 +412,7 @@ class PathCount:
     """What one path through a region executes."""
 
     bytes: int = 0  # moved by global loads and stores
-    stored_wide: int = 0  # sum over global stores of (bytes - 1)
-    wide: int = 0  # sum over global accesses of (bytes - 1): favours the vectorised path
+    loaded_wide: int = 0  # sum over global loads of (bytes - 1): favours the vectorised path
     conversions: int = 0
     loops: int = 0  # inner loops entered
     counted: int = 0  # times the counted loop was entered (a steady-state path must enter it)
@@ -414,13 +421,14 @@ class PathCount:
     widths: dict = dataclasses.field(default_factory=dict)  # "LDG.128" -> count
     trace: list = dataclasses.field(default_factory=list)  # (instructions, times) on the path
 
-    def key(self):
-        return (self.counted, self.stored_wide, self.wide, self.conversions, -self.instructions)
+    def key(self, store_width: str):
+        """How the rule ranks this path, where `store_width` ("STG.128") is the loop's widest."""
+        return (self.counted, self.widths.get(store_width, 0), self.loaded_wide, self.conversions,
+                -self.instructions)
 
     def plus(self, other: "PathCount", times: int = 1) -> "PathCount":
         r = PathCount(self.bytes + times * other.bytes,
-                      self.stored_wide + times * other.stored_wide,
-                      self.wide + times * other.wide,
+                      self.loaded_wide + times * other.loaded_wide,
                       self.conversions + times * other.conversions,
                       self.loops + other.loops, self.counted + other.counted,
                       self.instructions + times * other.instructions)
@@ -442,8 +450,8 @@ def count_of(instrs: list[Instr]) -> PathCount:
         nbytes = i.global_bytes()
         if nbytes:
             p.bytes += nbytes
-            p.stored_wide += nbytes - 1 if i.base == "STG" else 0
-            p.wide += nbytes - 1
+            if i.base == "LDG":
+                p.loaded_wide += nbytes - 1
             w = f"{i.base}.{nbytes * 8}"
             p.widths[w] = p.widths.get(w, 0) + 1
     return p
@@ -453,6 +461,7 @@ class Function:
     def __init__(self, instrs: list[Instr]):
         self.instrs = instrs
         self.index = {i.address: n for n, i in enumerate(instrs)}
+        self.store_width = ""  # the steady-state loop's widest global store ("STG.128"): analyse
         leaders = {instrs[0].address} if instrs else set()
         for n, i in enumerate(instrs):
             t = i.branch_target()
@@ -533,17 +542,16 @@ class Function:
             total = here.plus(count_of(self.block_instrs(k)))
             for t in self.successors(k):
                 if t == lo:  # a back edge: one iteration ends here
-                    if result is None or total.key() > result.key():
+                    if result is None or total.key(self.store_width) > result.key(self.store_width):
                         result = total
                 elif t > s:
                     self._relax(best, t, total, hi)
         return result if result is not None else PathCount()
 
-    @staticmethod
-    def _relax(best, t, total, hi):
+    def _relax(self, best, t, total, hi):
         if t > hi + INSTRUCTION_BYTES:
             return  # leaves the loop
-        if t not in best or total.key() > best[t].key():
+        if t not in best or total.key(self.store_width) > best[t].key(self.store_width):
             best[t] = total
 
 
@@ -570,24 +578,44 @@ def analyse(kernel: Kernel, instrs: list[Instr], res: Resources) -> Row:
     loops = [(h, b) for (h, b) in f.loops if any(h <= a <= b for a in stores)]
     if not loops:
         raise RuntimeError(f"{kernel.name}: no loop that stores to global memory")
-    outer = max(loops, key=lambda x: x[1] - x[0])
+    # The outermost such loops: usually one; the span decoders have one for 16-byte aligned output
+    # and one for skewed output, of which the path rule takes the aligned one (widest stores).
+    outermost = [(h, b) for (h, b) in loops
+                 if not any(h2 <= h and b <= b2 and (h2, b2) != (h, b) for h2, b2 in loops)]
+    if kernel.kind == "decode skewed":  # the loop that takes the previous lane's last word
+        outermost = [(h, b) for (h, b) in outermost
+                     if any(h <= i.address <= b and i.opcode.startswith("SHFL.UP") for i in instrs)]
+        if not outermost:
+            raise RuntimeError(f"{kernel.name}: no loop with the skewed stores' shuffle")
     template = kernel.template.split("<")[0]
-    counted_loop, trips = None, 1
-    if template in COUNTED_LOOP:
-        # The decoders' packet loop / the metadata kernel's lane loop: the inner loop of the
-        # steady-state loop that loads the most bytes.
-        inner = [(h, b) for (h, b) in f.loops if outer[0] < h and b <= outer[1]]
-        if inner:
-            def loaded(lp):
-                h, b = lp
-                return sum(i.global_bytes() for i in instrs if h <= i.address <= b and i.base == "LDG")
-            counted_loop = max(inner, key=loaded)
-            if COUNTED_LOOP[template] == "ranks":
-                trips = kernel.ranks
-            else:
-                per_pass = max(1, loaded(counted_loop) // ELEMENTS[kernel.element][1])
-                trips = max(1, VALUES_PER_ITERATION[template] // per_pass)
-    path = f.best_path(outer[0], outer[1], counted_loop, trips)
+
+    def loaded(lp):
+        h, b = lp
+        return sum(i.global_bytes() for i in instrs if h <= i.address <= b and i.base == "LDG")
+
+    def steady(outer):
+        counted_loop, trips = None, 1
+        if template in COUNTED_LOOP:
+            # The decoders' packet loop / the metadata kernel's lane loop: the inner loop of the
+            # steady-state loop that loads the most bytes.
+            inner = [(h, b) for (h, b) in f.loops if outer[0] < h and b <= outer[1]]
+            if inner:
+                counted_loop = max(inner, key=loaded)
+                if COUNTED_LOOP[template] == "ranks":
+                    trips = kernel.ranks
+                else:
+                    per_pass = max(1, loaded(counted_loop) // ELEMENTS[kernel.element][1])
+                    trips = max(1, VALUES_PER_ITERATION[template] // per_pass)
+        widest = max(i.global_bytes() for i in instrs
+                     if outer[0] <= i.address <= outer[1] and i.base == "STG")
+        f.store_width = f"STG.{widest * 8}"
+        path = f.best_path(outer[0], outer[1], counted_loop, trips)
+        return (widest, path.key(f.store_width)), outer, counted_loop, trips, path
+
+    # Of several steady-state loops, the one with the widest stores, then the best path.
+    (widest, _), outer, counted_loop, trips, path = max((steady(lp) for lp in outermost),
+                                                        key=lambda r: r[0])
+    f.store_width = f"STG.{widest * 8}"
     # Other inner loops may run any number of times, or be skipped by the counted path: the
     # figure is then only a lower bound, and the kernel cannot be shown to be within budget.
     uncounted = [(h, b) for (h, b) in f.loops

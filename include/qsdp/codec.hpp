@@ -28,6 +28,16 @@ struct rng_position {
   std::uint32_t stream = 0;
 };
 
+/// A position in the random stream whose call index lives in device memory: `call` points at a
+/// std::uint64_t on the stream's device (8-byte aligned). The encode reads it when its kernels run
+/// and then adds one to it, both ordered on the stream, so an encode captured in a CUDA graph draws
+/// fresh numbers at every replay: the replay that finds the counter at c writes the packet the host
+/// encode writes at rng_position{.call = c, .stream = stream}.
+struct device_rng_position {
+  std::uint64_t* call = nullptr;
+  std::uint32_t stream = 0;
+};
+
 // ---- Host buffers
 // ---------------------------------------------------------------------------------- Element types:
 // float, double, __half, __nv_bfloat16. Pointers may sit at any byte offset. Errors (null pointers
@@ -103,7 +113,15 @@ template <class Q, class T>
 void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_position position,
             cudaStream_t stream);
 
-/// Device encode; takes the policy's next call index, like the host encode.
+/// Device encode at the call index held in device memory (see device_rng_position), which it
+/// advances by one.
+template <class Q, class T>
+void encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
+            device_rng_position position, cudaStream_t stream);
+
+/// Device encode; takes the policy's next call index, like the host encode. (A host counter: a
+/// CUDA graph that captured this call repeats its draws at every replay; device_rng_position does
+/// not.)
 template <class Q, class T>
 void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, cudaStream_t stream);
 

@@ -55,7 +55,11 @@ class device_state {
 ///   all_gather_bytes(send, recv, n, stream)     as communicator's, ordered on `stream`
 ///   all_to_all_bytes(send, recv, n, stream)
 ///   state()                                     a device_state owned by the communicator
-///   next_call()                                 per-communicator call counter (same on every rank)
+///   next_call()                                 per-communicator call counter (same on every
+///   rank);
+///                                               the device collectives number their calls with a
+///                                               counter in device memory (device_workspace's),
+///                                               which starts from it at the first call
 ///   memory == memory_space::device
 template <class C>
 concept device_communicator = requires(C& c, const std::byte* send, std::byte* recv, std::size_t n,

@@ -60,6 +60,45 @@ std::vector<T> device_decode(const Q& q, const std::vector<std::byte>& packet, s
   return out;
 }
 
+template <class Q, class T>
+std::vector<std::vector<std::byte>> graph_encode_replays(const Q& q, const std::vector<T>& x,
+                                                         std::uint64_t first_call, int replays,
+                                                         std::uint64_t* final_call) {
+  const std::size_t bytes = qsdp::compressed_size<T>(q, x.size());
+  device_bytes src(x.size() * sizeof(T), 0), packet(bytes, 0), counter(sizeof first_call, 0);
+  src.upload(x.data(), x.size() * sizeof(T));
+  counter.upload(&first_call, sizeof first_call);
+  auto* calls = reinterpret_cast<std::uint64_t*>(counter.get());
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "stream");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  // The first device codec call on a device allocates its failure record: not under capture.
+  qsdp::synchronize_and_check(stream);
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  try {
+    qsdp::encode(q, reinterpret_cast<const T*>(src.get()), x.size(), packet.get(),
+                 qsdp::device_rng_position{.call = calls, .stream = 3}, stream);
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);
+    throw;
+  }
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  std::vector<std::vector<std::byte>> packets;
+  for (int r = 0; r < replays; ++r) {
+    cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+    qsdp::synchronize_and_check(stream);
+    packets.emplace_back(bytes);
+    packet.download(packets.back().data(), bytes);
+  }
+  counter.download(final_call, sizeof *final_call);
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  (void)cudaStreamDestroy(stream);
+  return packets;
+}
+
 template <class Q>
 std::vector<float> device_decode_accumulate(const Q& q, const std::vector<std::byte>& packets,
                                             std::size_t packet_count, std::size_t count,
@@ -92,4 +131,8 @@ std::vector<float> device_decode_accumulate(const Q& q, const std::vector<std::b
       const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::size_t);            \
   template std::vector<float> gpu_test::device_decode_accumulate<Q>(                              \
       const Q&, const std::vector<std::byte>&, std::size_t, std::size_t, std::vector<float>,      \
-      std::size_t);
+      std::size_t);                                                                               \
+  template std::vector<std::vector<std::byte>> gpu_test::graph_encode_replays<Q, float>(          \
+      const Q&, const std::vector<float>&, std::uint64_t, int, std::uint64_t*);                   \
+  template std::vector<std::vector<std::byte>> gpu_test::graph_encode_replays<Q, __nv_bfloat16>(  \
+      const Q&, const std::vector<__nv_bfloat16>&, std::uint64_t, int, std::uint64_t*);

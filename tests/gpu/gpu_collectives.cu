@@ -127,6 +127,74 @@ std::vector<std::vector<T>> nccl_one_rank(const Q& q, const std::vector<T>& x, b
 #endif
 }
 
+template <class Q, class T>
+std::vector<std::vector<T>> nccl_graph_replays(collective kind, const Q& q, const std::vector<T>& x,
+                                               int replays) {
+#if QSDP_TEST_NCCL
+  ncclComm_t raw = nullptr;
+  int devices[1] = {0};
+  if (ncclCommInitAll(&raw, 1, devices) != ncclSuccess)
+    throw std::runtime_error("ncclCommInitAll failed");
+  struct closer {
+    ncclComm_t c;
+    ~closer() { (void)ncclCommDestroy(c); }
+  } close{raw};
+  std::vector<std::vector<T>> out;
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "stream");
+  {
+    qsdp::nccl_communicator comm(raw);
+    thrust::device_vector<T> send(x.begin(), x.end()), recv(x.size());
+    T* s = thrust::raw_pointer_cast(send.data());
+    T* d = thrust::raw_pointer_cast(recv.data());
+    auto fetch = [&] {
+      cuda_ok(cudaStreamSynchronize(stream), "sync");
+      comm.check_async_error();
+      out.emplace_back(x.size());
+      thrust::copy(recv.begin(), recv.end(), out.back().begin());
+    };
+    // all_reduce works in place: every call (and every replay) starts from x.
+    auto restart = [&] {
+      if (kind == collective::all_reduce)
+        cuda_ok(cudaMemcpyAsync(d, s, x.size() * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+                "copy");
+    };
+    restart();
+    call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
+    fetch();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      restart();
+      call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
+    } catch (...) {
+      (void)cudaStreamEndCapture(stream, &graph);
+      throw;
+    }
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    for (int r = 0; r < replays; ++r) {
+      cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+      fetch();
+    }
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    restart();
+    call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
+    fetch();
+  }
+  (void)cudaStreamDestroy(stream);
+  return out;
+#else
+  (void)kind;
+  (void)q;
+  (void)x;
+  (void)replays;
+  throw std::runtime_error("NCCL was not found when the tests were built");
+#endif
+}
+
 }  // namespace gpu_test
 
 #define GPU_TEST_COLLECTIVE_INSTANCES(Q, T)                                                        \
@@ -134,7 +202,9 @@ std::vector<std::vector<T>> nccl_one_rank(const Q& q, const std::vector<T>& x, b
       collective, const Q&, int, std::size_t, const std::vector<std::vector<T>>&, qsdp::reduce_op, \
       int, std::size_t*);                                                                          \
   template std::vector<std::vector<T>> gpu_test::nccl_one_rank<Q, T>(const Q&,                     \
-                                                                     const std::vector<T>&, bool);
+                                                                     const std::vector<T>&, bool); \
+  template std::vector<std::vector<T>> gpu_test::nccl_graph_replays<Q, T>(                         \
+      collective, const Q&, const std::vector<T>&, int);
 
 using gpu_test::collective;
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::random_shift<8>, __nv_bfloat16)

@@ -53,6 +53,24 @@ std::string device_bad_input(const std::string& which) {
     if (!std::isnan(first)) message += " [BUT THE OUTPUT WAS NOT SET TO NaN]";
     return message;
   }
+  if (which == "null call counter" || which == "host call counter" ||
+      which == "misaligned call counter") {
+    const qsdp::stochastic<8> s;
+    thrust::device_vector<float> x(n, 1.5f);
+    thrust::device_vector<unsigned char> packet(qsdp::compressed_size<float>(s, n));
+    thrust::device_vector<std::uint64_t> counters(2, 0);
+    std::uint64_t host_counter = 0;
+    std::uint64_t* call = nullptr;
+    if (which == "host call counter") call = &host_counter;
+    if (which == "misaligned call counter")
+      call = reinterpret_cast<std::uint64_t*>(
+          reinterpret_cast<std::byte*>(thrust::raw_pointer_cast(counters.data())) + 4);
+    return qsdp_test::error_of([&] {
+      qsdp::encode(s, thrust::raw_pointer_cast(x.data()), n,
+                   reinterpret_cast<std::byte*>(thrust::raw_pointer_cast(packet.data())),
+                   qsdp::device_rng_position{.call = call}, cudaStream_t{});
+    });
+  }
   std::string message;
   qsdp::run_local_cuda(1, [&](qsdp::cuda_local_communicator& comm) {
     thrust::device_vector<float> d(n, 1.0f), out(n);

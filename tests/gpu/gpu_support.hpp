@@ -31,6 +31,14 @@ template <class Q, class T>
 std::vector<T> device_decode(const Q& q, const std::vector<std::byte>& packet, std::size_t count,
                              std::size_t packet_offset, std::size_t dst_offset);
 
+/// Captures one device encode of x at a device_rng_position (its counter set to `first_call`,
+/// stream 3) in a CUDA graph and replays the graph `replays` times; returns each replay's packet
+/// and, last, the counter's final value in `final_call`.
+template <class Q, class T>
+std::vector<std::vector<std::byte>> graph_encode_replays(const Q& q, const std::vector<T>& x,
+                                                         std::uint64_t first_call, int replays,
+                                                         std::uint64_t* final_call);
+
 /// acc += decode_accumulate of `packet_count` packets back to back, on the device.
 template <class Q>
 std::vector<float> device_decode_accumulate(const Q& q, const std::vector<std::byte>& packets,
@@ -57,9 +65,17 @@ template <class Q, class T>
 std::vector<std::vector<T>> nccl_one_rank(const Q& q, const std::vector<T>& x, bool graph_replay);
 bool nccl_built();
 
+/// One NCCL rank again: one plain call of `kind` (sum), then the same call captured in a CUDA graph
+/// that is replayed `replays` times, then one more plain call. Returns the outputs in that order
+/// (1 + replays + 1 of them). Throws if NCCL was not found when the tests were built.
+template <class Q, class T>
+std::vector<std::vector<T>> nccl_graph_replays(collective kind, const Q& q, const std::vector<T>& x,
+                                               int replays);
+
 /// The message of the qsdp::error a device call with bad arguments throws, or "" if none is thrown.
 /// Cases: "host send pointer", "pinned recv pointer", "stream of another device", "captured first
-/// call", "corrupt header", "misplaced packet".
+/// call", "corrupt header", "misplaced packet", "null call counter", "host call counter",
+/// "misaligned call counter".
 std::string device_bad_input(const std::string& which);
 
 }  // namespace gpu_test

@@ -147,3 +147,29 @@ TEST_CASE("device decode_accumulate sums packets in order like the host") {
   check_accumulate(qsdp::identity{}, 777, 2, 8);
   check_accumulate(qsdp::symmetric<1>{}, 0, 2, 0);
 }
+
+TEST_CASE("a device encode captured in a CUDA graph draws fresh numbers at every replay") {
+  // Replay k finds the device counter at first + k: its packet is the host's at that call index.
+  const std::uint64_t first = (std::uint64_t{1} << 32) - 1;  // the counter crosses 2^32
+  const std::vector<float> x = qsdp_test::make_data(qsdp_test::distribution::normal, 50000, 4);
+  std::uint64_t final_call = 0;
+  const auto packets =
+      gpu_test::graph_encode_replays(qsdp::stochastic<4>{}, x, first, 3, &final_call);
+  REQUIRE(packets.size() == 3);
+  for (std::size_t k = 0; k < packets.size(); ++k) {
+    std::vector<std::byte> want(packets[k].size());
+    qsdp::encode(qsdp::stochastic<4>{}, x.data(), x.size(), want.data(),
+                 qsdp::rng_position{.call = first + k, .stream = 3});
+    INFO("replay " << k);
+    CHECK(packets[k] == want);
+  }
+  CHECK(packets[0] != packets[1]);
+  CHECK(final_call == first + 3);
+  const std::vector<__nv_bfloat16> b = qsdp_test::convert<__nv_bfloat16>(x);
+  const auto shifted =
+      gpu_test::graph_encode_replays(qsdp::random_shift<8>{}, b, 0, 2, &final_call);
+  std::vector<std::byte> want(shifted[1].size());
+  qsdp::encode(qsdp::random_shift<8>{}, b.data(), b.size(), want.data(),
+               qsdp::rng_position{.call = 1, .stream = 3});
+  CHECK(shifted[1] == want);
+}

@@ -34,3 +34,15 @@ TEST_CASE("a corrupt or misplaced packet decodes to NaN and is reported with the
   CHECK(misplaced.find("packet holds 4096 values, decoder was asked for 4095") !=
         std::string::npos);
 }
+
+TEST_CASE("a device call counter must be device memory, 8-byte aligned, and not null") {
+  CHECK(gpu_test::device_bad_input("null call counter") ==
+        "qsdp::encode (device): device_rng_position.call is null; expected a std::uint64_t in "
+        "device memory holding the call index");
+  const std::string host = gpu_test::device_bad_input("host call counter");
+  CHECK(host.find("device_rng_position.call") != std::string::npos);
+  CHECK(host.find("is host memory") != std::string::npos);
+  const std::string misaligned = gpu_test::device_bad_input("misaligned call counter");
+  CHECK(misaligned.find("device_rng_position.call") != std::string::npos);
+  CHECK(misaligned.find("is not 8-byte aligned") != std::string::npos);
+}

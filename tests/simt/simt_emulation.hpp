@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cstddef>
@@ -33,8 +34,8 @@ namespace qsdp_simt {
 
 struct block_state {
   explicit block_state(unsigned threads) : block(static_cast<std::ptrdiff_t>(threads)) {
-    for (unsigned w = 0; w < threads / 32; ++w)
-      warps.push_back(std::make_unique<std::barrier<>>(32));
+    for (unsigned w = 0; w * 32 < threads; ++w)  // a last, partial warp has fewer threads
+      warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
     slots.resize(threads);
     flags.resize(threads);
   }
@@ -114,6 +115,19 @@ inline unsigned atomic_exch(unsigned* p, unsigned v) {
 }
 inline void threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
+/// __shfl_up_sync / __shfl_down_sync over the whole warp: the value of lane -/+ delta, or the
+/// lane's own where that lane does not exist.
+template <class T>
+T shfl_up(unsigned, T value, unsigned delta) {
+  const unsigned lane = thread_index.x % 32;
+  return shfl(0xFFFFFFFFu, value, static_cast<int>(lane >= delta ? lane - delta : lane));
+}
+template <class T>
+T shfl_down(unsigned, T value, unsigned delta) {
+  const unsigned lane = thread_index.x % 32;
+  return shfl(0xFFFFFFFFu, value, static_cast<int>(lane + delta < 32 ? lane + delta : lane));
+}
+
 /// Runs kernel(args...) on `grid` blocks of `threads` threads, block after block.
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), unsigned grid, unsigned threads, Args&&... args) {
@@ -153,6 +167,8 @@ void launch(void (*kernel)(Params...), unsigned grid, unsigned threads, Args&&..
 #define __syncwarp ::qsdp_simt::syncwarp
 #define __shfl_xor_sync ::qsdp_simt::shfl_xor
 #define __shfl_sync ::qsdp_simt::shfl
+#define __shfl_up_sync ::qsdp_simt::shfl_up
+#define __shfl_down_sync ::qsdp_simt::shfl_down
 #define __ldg ::qsdp_simt::ldg
 #define atomicOr ::qsdp_simt::atomic_or
 #define atomicCAS ::qsdp_simt::atomic_cas

@@ -96,7 +96,7 @@ void check(const Q& q, std::size_t count, std::size_t src_offset, std::size_t pa
 
 /// Reduce-scatter's fused decode over `world` packets against the host's decode_accumulate + avg.
 template <class Q, class T>
-void check_reduce(const Q& q, std::size_t count, int world) {
+void check_reduce(const Q& q, std::size_t count, int world, std::size_t out_offset = 0) {
   const std::size_t bytes = qsdp::compressed_size<T>(q, count);
   buffer packets(bytes * static_cast<std::size_t>(world), 0);
   for (int r = 0; r < world; ++r) {
@@ -107,12 +107,12 @@ void check_reduce(const Q& q, std::size_t count, int world) {
   }
   std::vector<float> acc(count, 0.0f);
   qsdp::decode_accumulate(q, packets.get(), static_cast<std::size_t>(world), count, acc.data());
-  buffer out(count * sizeof(T), 0);
+  buffer out(count * sizeof(T), out_offset);
   cuda::device_report failure{};
   T* dst = reinterpret_cast<T*>(out.get());
   cuda::launch_decode(q, packets.get(), bytes, static_cast<unsigned>(world), count,
                       qsdp::detail::expectation_for<T>(q, count), 0, &failure,
-                      cuda::reduce_sink<T>{dst, true, true, static_cast<float>(world)},
+                      cuda::reduce_sink<T>{dst, out_offset == 0, true, static_cast<float>(world)},
                       cudaStream_t{}, "simt");
   std::size_t differing = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -140,6 +140,21 @@ void sweep(Q q) {
   check<Q, __nv_bfloat16>(q, 9001, 2, 4, true);
 }
 
+/// Decode into outputs that start off a 16-byte boundary by whole elements (an all_gather chunk of
+/// a count that is no multiple of 16 bytes): the span kernel's skewed stores, whose warps' runs
+/// of 1024 values end in element-wise stores. Counts that end inside a run and on a run's last
+/// span.
+template <class Q>
+void sweep_skews(Q q) {
+  for (const std::size_t skew : {4u, 8u, 12u})
+    for (const std::size_t count : {32u * 70 + 5, 32u * 64})
+      check<Q, float>(q, count, skew, 0, false);
+  for (const std::size_t skew : {2u, 6u, 8u, 10u, 14u}) {
+    check<Q, __nv_bfloat16>(q, 32 * 97 + 17, skew, 0, false);
+    check<Q, __half>(q, 32 * 33, skew, 0, false);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("emulated kernels: uniform<8> writes the host's packets") { sweep(qsdp::uniform<8>{}); }
@@ -161,15 +176,24 @@ TEST_CASE("emulated kernels: symmetric<2> and random_shift<7> write the host's p
   sweep(qsdp::random_shift<7>{});
 }
 
+TEST_CASE("emulated kernels: decode to outputs off a 16-byte boundary stores every value") {
+  sweep_skews(qsdp::uniform<8>{});                     // computed spans
+  sweep_skews(qsdp::stochastic<4>{});                  // shuffled table, 16-bit patterns
+  sweep_skews(qsdp::symmetric<2>{.bucket_size = 64});  // computed spans, small buckets
+  sweep_skews(qsdp::random_shift<3>{});                // codes across words
+}
+
 TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host") {
   check_reduce<qsdp::stochastic<8>, __nv_bfloat16>(qsdp::stochastic<8>{}, 20000, 4);
   check_reduce<qsdp::uniform<4>, float>(qsdp::uniform<4>{.bucket_size = 100}, 3001, 3);
-  check_reduce<qsdp::uniform<4>, __nv_bfloat16>(qsdp::uniform<4>{}, 9000, 8);  // shuffled table
+  check_reduce<qsdp::uniform<4>, __nv_bfloat16>(qsdp::uniform<4>{}, 9000, 8);   // shuffled table
+  check_reduce<qsdp::stochastic<8>, float>(qsdp::stochastic<8>{}, 5000, 2, 8);  // skewed output
+  check_reduce<qsdp::uniform<2>, __nv_bfloat16>(qsdp::uniform<2>{}, 7000, 4, 6);
 }
 
 /// decode_accumulate of three packets (buckets 1 and 3 of the second flagged) against the host's.
 template <class Q>
-void check_accumulate(const Q& q, std::size_t count) {
+void check_accumulate(const Q& q, std::size_t count, std::size_t acc_offset = 0) {
   const std::size_t packets = 3;
   const std::size_t bytes = qsdp::compressed_size<float>(q, count);
   buffer in(bytes * packets, 0);
@@ -183,14 +207,14 @@ void check_accumulate(const Q& q, std::size_t count) {
     qsdp::encode(q, x.data(), count, in.get() + p * bytes, qsdp::rng_position{.call = 1});
   }
   std::vector<float> want = qsdp_test::make_data(qsdp_test::distribution::normal, count, 80);
-  buffer acc(count * sizeof(float), 0);
+  buffer acc(count * sizeof(float), acc_offset);
   std::memcpy(acc.get(), want.data(), count * sizeof(float));
   qsdp::decode_accumulate(q, in.get(), packets, count, want.data());
   cuda::device_report failure{};
   float* got = reinterpret_cast<float*>(acc.get());
   cuda::launch_decode(q, in.get(), bytes, static_cast<unsigned>(packets), count,
                       qsdp::detail::expectation_for(q, count, -1), 0, &failure,
-                      cuda::accumulate_sink{got, true}, cudaStream_t{}, "simt");
+                      cuda::accumulate_sink{got, acc_offset % 16 == 0}, cudaStream_t{}, "simt");
   std::size_t differing = 0, nan = 0;
   for (std::size_t i = 0; i < count; ++i) {
     differing += !same_value(want[i], got[i]);
@@ -207,6 +231,8 @@ TEST_CASE("emulated kernels: decode_accumulate adds like the host, flagged bucke
   // through the shuffled table with 16 lanes per bucket (bucket 512, 2 bits).
   check_accumulate(qsdp::uniform<4>{.bucket_size = 64}, 64 * 40 + 13);
   check_accumulate(qsdp::symmetric<2>{.bucket_size = 512}, 512 * 9 + 45);
+  check_accumulate(qsdp::uniform<8>{.bucket_size = 64}, 64 * 40 + 13, 4);  // skewed accumulator
+  check_accumulate(qsdp::symmetric<2>{.bucket_size = 512}, 512 * 9 + 45, 12);
 }
 
 TEST_CASE("emulated kernels: a bad header is reported once and its values become NaN") {
@@ -239,6 +265,46 @@ TEST_CASE("emulated kernels: a bad header is reported once and its values become
                       3, &again, cuda::store_sink<float>{dst, true}, cudaStream_t{}, "simt");
   CHECK(again.ready == 1);
   CHECK(std::all_of(dst, dst + count, [](float v) { return std::isnan(v); }));
+}
+
+/// A CUDA graph replays the captured launches with their captured arguments. Here the same launches
+/// (an encode drawing from a call counter in "device" memory, then the counter's advance) run three
+/// times with identical arguments: each run must write the host's packet at the call index the
+/// counter held, so replays draw fresh numbers. `phase` is the call's offset from the counter, as
+/// all_reduce's second phase uses.
+template <class Q, class T>
+void check_replays(const Q& q, std::size_t count, std::uint64_t first_call, std::uint64_t phase) {
+  const std::vector<T> x =
+      qsdp_test::convert<T>(qsdp_test::make_data(qsdp_test::distribution::normal, count, 9));
+  const std::size_t bytes = qsdp::compressed_size<T>(q, count);
+  buffer src(count * sizeof(T), 0), packet(bytes, 0), counter(sizeof(std::uint64_t), 0);
+  std::memcpy(src.get(), x.data(), count * sizeof(T));
+  auto* calls = reinterpret_cast<std::uint64_t*>(counter.get());
+  *calls = first_call;
+  const cuda::rng_source source(qsdp::detail::rng_key{qsdp::detail::seed_of(q), phase, 5}, calls);
+  std::vector<std::vector<std::byte>> seen;
+  for (std::uint64_t replay = 0; replay < 3; ++replay) {
+    cuda::launch_encode(q, reinterpret_cast<const T*>(src.get()), count, packet.get(), source,
+                        cudaStream_t{}, "simt");
+    cuda::launch_advance_calls(calls, 1, cudaStream_t{}, "simt");
+    std::vector<std::byte> expected(bytes);
+    qsdp::encode(q, x.data(), count, expected.data(),
+                 qsdp::rng_position{.call = first_call + replay + phase, .stream = 5});
+    INFO(qsdp::policy_name<Q>() << "<" << Q::bits << "> replay " << replay << " phase " << phase);
+    CHECK(std::memcmp(packet.get(), expected.data(), bytes) == 0);
+    seen.emplace_back(packet.get(), packet.get() + bytes);
+  }
+  CHECK(*calls == first_call + 3);
+  CHECK(seen[0] != seen[1]);  // fresh draws: randomized policies round differently per call
+  CHECK(seen[1] != seen[2]);
+}
+
+TEST_CASE("emulated kernels: replayed launches draw from the device call counter") {
+  check_replays<qsdp::stochastic<4>, float>(qsdp::stochastic<4>{}, 5000, 0, 0);  // one-pass kernel
+  check_replays<qsdp::random_shift<8>, __nv_bfloat16>(qsdp::random_shift<8>{}, 3001, 41, 1);
+  // General kernels (bucket 100), and a counter past 2^32.
+  check_replays<qsdp::stochastic<8>, float>(qsdp::stochastic<8>{.bucket_size = 100}, 777,
+                                            (std::uint64_t{1} << 32) - 2, 0);
 }
 
 TEST_SUITE_END();

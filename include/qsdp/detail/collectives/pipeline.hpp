@@ -19,6 +19,8 @@
 //   decode_each(packets, packet_bytes, count, recv)      rank r's packet to recv + r * count
 //   reduce(packets, packet_bytes, count, recv)   the sum (or average) of the world packets to recv
 //   copy(to, from, n), zero(to, n)               n values of the element type
+//   finish()                                     after the last step (the device moves its call
+//                                                counter on; see device_steps)
 #pragma once
 
 #include <cstddef>
@@ -79,6 +81,7 @@ void run_collective(Steps& steps, const Q& q, const T* a, T* b, std::size_t coun
     gather_packets(steps, q, mine, full, c.shard, c.calls[1], packets);
     steps.copy(b, full, count);
   }
+  steps.finish();
 }
 
 }  // namespace qsdp::detail

@@ -83,6 +83,30 @@ __global__ void write_frame_kernel(std::byte* packet, packet_header h, std::size
   }
 }
 
+/// Where an encoding kernel's random stream comes from: `key` as given, or, with `call_base` set,
+/// key.call counted on from the call index stored at call_base (device memory), read when the
+/// kernel runs. A CUDA graph that captured the launch then draws at each replay from wherever the
+/// counter stands, and advance_calls_kernel, captured with it, moves the counter on.
+struct rng_source {
+  rng_key key;
+  const std::uint64_t* call_base = nullptr;
+
+  rng_source(const rng_key& k, const std::uint64_t* base = nullptr) : key(k), call_base(base) {}
+
+  __device__ rng_key resolve() const {
+    rng_key k = key;
+    if (call_base) k.call += *call_base;
+    return k;
+  }
+};
+
+/// Moves a device call counter on by `calls` (one thread): the last step of a call that drew from
+/// it.
+template <int = 0>
+__global__ void advance_calls_kernel(std::uint64_t* counter, std::uint64_t calls) {
+  *counter += calls;
+}
+
 struct merge_stats {
   __device__ partial_stats operator()(partial_stats a, const partial_stats& b) const {
     a.merge(b);
@@ -94,7 +118,8 @@ struct merge_stats {
 template <class Q, class T>
 __global__ void __launch_bounds__(codec_block)
     bucket_meta_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
-                       rng_key key) {
+                       rng_source source) {
+  const rng_key key = source.resolve();
   constexpr unsigned warps = codec_block / 32;
   using warp_reduce = cub::WarpReduce<partial_stats>;
   __shared__ typename warp_reduce::TempStorage storage[warps];
@@ -116,7 +141,8 @@ __global__ void __launch_bounds__(codec_block)
 template <class Q, class T>
 __global__ void __launch_bounds__(codec_block)
     encode_groups_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
-                         rng_key key) {
+                         rng_source source) {
+  const rng_key key = source.resolve();
   const std::uint64_t groups = (count + group_values - 1) / group_values;
   for (std::uint64_t g = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; g < groups;
        g += std::uint64_t{gridDim.x} * blockDim.x)
@@ -191,8 +217,9 @@ __device__ QSDP_FORCE_INLINE partial_stats shuffle_xor(const partial_stats& p, u
 template <class Q, class T>
 __global__ void __launch_bounds__(fast_encode_block)
     encode_buckets_kernel(Q q, const T* __restrict__ src, std::size_t count,
-                          std::byte* __restrict__ packet, packet_layout l, rng_key key,
+                          std::byte* __restrict__ packet, packet_layout l, rng_source source,
                           unsigned log2_bucket) {
+  const rng_key key = source.resolve();
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   __shared__ partial_stats warp_partials[fast_encode_block / 32];
@@ -614,37 +641,89 @@ __device__ QSDP_FORCE_INLINE void decode_span_shuffled(const Q& q, const std::by
                         shuffled_entry(q, packet, l, s, log2_bucket, ok), v);
 }
 
+/// (hi:lo) >> shift, low 32 bits, for shift 16 or 32 (then hi).
+__device__ QSDP_FORCE_INLINE std::uint32_t funnel_right(std::uint32_t lo, std::uint32_t hi,
+                                                        unsigned shift) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_rc(lo, hi, shift);
+#else
+  return static_cast<std::uint32_t>(((static_cast<std::uint64_t>(hi) << 32) | lo) >> shift);
+#endif
+}
+
+/// Stores a span's output, N 32-bit words (the bytes of 32 values), at `out`.
+///
+/// Not Skewed: `out` is 16-byte aligned; 16-byte stores.
+/// Skewed: `out` lies `skew` bytes past a 16-byte boundary, a whole number of elements, so at
+/// least 2-byte aligned; 4-byte stores. At 4-byte alignment (`skew` % 4 == 0) they are the span's
+/// own words. Otherwise each 4-byte word straddles two of the span's: word i is (o[i-1] >> 16) |
+/// (o[i] << 16), word 0 taking the previous lane's last half (one warp shuffle), and the span's own
+/// last half is the next lane's to store. The first lane of the warp, whose previous span another
+/// warp holds, stores only its own half of word 0, and the last lane of a run (lane 31, or the
+/// last active one) its own last half: 2-byte stores, the peeled ends of a warp's run of 32 spans.
+/// All lanes call it together; `active` false: a lane past the last span, which stores nothing.
+/// (The kernels run one loop for aligned and one for skewed outputs, so that the aligned loop
+/// carries none of this.)
+template <bool Skewed, unsigned N>
+__device__ QSDP_FORCE_INLINE void store_span_words(std::byte* out, const std::uint32_t (&o)[N],
+                                                   unsigned skew, bool active) {
+  if constexpr (!Skewed) {
+    static_assert(N % 4 == 0);
+    if (!active) return;
+    auto* to = reinterpret_cast<uint4*>(out);
+    QSDP_UNROLL
+    for (unsigned i = 0; i < N; i += 4) to[i / 4] = make_uint4(o[i], o[i + 1], o[i + 2], o[i + 3]);
+  } else {
+    const std::uint32_t previous_last = __shfl_up_sync(0xFFFFFFFFu, o[N - 1], 1);
+    const unsigned lane = threadIdx.x % 32;
+    const bool run_end = lane == 31 || !__shfl_down_sync(0xFFFFFFFFu, active, 1);
+    if (!active) return;
+    const unsigned half = skew % 4;  // 0 or 2 bytes
+    const unsigned shift = 32 - 8 * half;
+    auto* to = reinterpret_cast<std::uint32_t*>(out - half);
+    if (half != 0 && lane == 0)
+      *reinterpret_cast<std::uint16_t*>(out) = static_cast<std::uint16_t>(o[0]);
+    else
+      to[0] = funnel_right(previous_last, o[0], shift);
+    QSDP_UNROLL
+    for (unsigned i = 1; i < N; ++i) to[i] = funnel_right(o[i - 1], o[i], shift);
+    if (half != 0 && run_end)
+      *reinterpret_cast<std::uint16_t*>(out + 4 * N - 2) =
+          static_cast<std::uint16_t>(o[N - 1] >> 16);
+  }
+}
+
 /// Decode into a 16-bit T through the shuffled table of T's bit patterns, saturated and rounded
 /// once per lane: a value costs a shuffle and half a pack.
-template <class Q, class T>
+template <bool Skewed, class Q, class T>
 __device__ QSDP_FORCE_INLINE void decode_span_shuffled_into(const Q& q, const std::byte* packet,
                                                             const packet_layout& l, std::uint64_t s,
                                                             int log2_bucket, bool ok, bool active,
-                                                            T* dst) {
+                                                            T* dst, unsigned skew) {
   const T t = saturating_from_float<T>(shuffled_entry(q, packet, l, s, log2_bucket, ok));
   std::uint16_t pattern;
   memcpy(&pattern, static_cast<const void*>(&t), 2);
   std::uint32_t v[span_values];
   shuffle_span<Q::bits>(packet, l, s, shuffled_lanes(log2_bucket), std::uint32_t{pattern}, v);
-  if (!active) return;
-  auto* to = reinterpret_cast<uint4*>(dst + s * span_values);
+  std::uint32_t pairs[span_values / 2];
   QSDP_UNROLL
-  for (unsigned i = 0; i < span_values; i += 8)
-    to[i / 8] = make_uint4(v[i] | v[i + 1] << 16, v[i + 2] | v[i + 3] << 16,
-                           v[i + 4] | v[i + 5] << 16, v[i + 6] | v[i + 7] << 16);
+  for (unsigned i = 0; i < span_values; i += 2) pairs[i / 2] = v[i] | v[i + 1] << 16;
+  store_span_words<Skewed>(reinterpret_cast<std::byte*>(dst + s * span_values), pairs, skew,
+                           active);
 }
 
-/// 32 values of T from 32 floats, as 16-byte words (T's own rounding, `saturate` or plain).
-template <class T, bool Saturate>
+/// 32 values of T from 32 floats (T's own rounding, `saturate` or plain), stored by
+/// store_span_words.
+template <class T, bool Saturate, bool Skewed>
 __device__ QSDP_FORCE_INLINE void store_span(T* dst, std::uint64_t first,
-                                             const float (&a)[span_values]) {
-  auto* to = reinterpret_cast<uint4*>(dst + first);
+                                             const float (&a)[span_values], unsigned skew,
+                                             bool active) {
+  auto* out = reinterpret_cast<std::byte*>(dst + first);
   if constexpr (sizeof(T) == 4) {
+    std::uint32_t words[span_values];
     QSDP_UNROLL
-    for (unsigned i = 0; i < span_values; i += 4)
-      to[i / 4] = make_uint4(
-          detail::bit_cast<std::uint32_t>(a[i]), detail::bit_cast<std::uint32_t>(a[i + 1]),
-          detail::bit_cast<std::uint32_t>(a[i + 2]), detail::bit_cast<std::uint32_t>(a[i + 3]));
+    for (unsigned i = 0; i < span_values; ++i) words[i] = detail::bit_cast<std::uint32_t>(a[i]);
+    store_span_words<Skewed>(out, words, skew, active);
   } else {
     std::uint32_t pairs[span_values / 2];
     QSDP_UNROLL
@@ -657,40 +736,45 @@ __device__ QSDP_FORCE_INLINE void store_span(T* dst, std::uint64_t first,
       memcpy(&h16, static_cast<const void*>(&hi), 2);
       pairs[i / 2] = l16 | (static_cast<std::uint32_t>(h16) << 16);
     }
-    QSDP_UNROLL
-    for (unsigned i = 0; i < span_values / 2; i += 4)
-      to[i / 4] = make_uint4(pairs[i], pairs[i + 1], pairs[i + 2], pairs[i + 3]);
+    store_span_words<Skewed>(out, pairs, skew, active);
   }
 }
 
 /// The spans' versions of the sinks (store_sink, accumulate_sink, reduce_sink above): the same
 /// arithmetic on 32 values at once.
-template <class Sink>  // store and reduce: from zeros
+template <bool Skewed, class Sink>  // store and reduce: from zeros
 __device__ QSDP_FORCE_INLINE void span_begin(const Sink&, std::uint64_t, float (&a)[span_values]) {
   QSDP_UNROLL
   for (unsigned k = 0; k < span_values; ++k) a[k] = 0.0f;
 }
-template <class T>
+template <bool Skewed, class T>
 __device__ QSDP_FORCE_INLINE void span_end(const store_sink<T>& sink, std::uint64_t first,
-                                           const float (&a)[span_values]) {
-  store_span<T, true>(sink.dst, first, a);
+                                           float (&a)[span_values], unsigned skew, bool active) {
+  store_span<T, true, Skewed>(sink.dst, first, a, skew, active);
 }
+template <bool Skewed>
 __device__ QSDP_FORCE_INLINE void span_begin(const accumulate_sink& sink, std::uint64_t first,
                                              float (&a)[span_values]) {
-  const auto* from = reinterpret_cast<const float4*>(sink.acc + first);
-  QSDP_UNROLL
-  for (unsigned i = 0; i < span_values; i += 4) {
-    const float4 x = from[i / 4];
-    a[i] = x.x, a[i + 1] = x.y, a[i + 2] = x.z, a[i + 3] = x.w;
+  if constexpr (Skewed) {  // 4-byte aligned (span_skew)
+    QSDP_UNROLL
+    for (unsigned i = 0; i < span_values; ++i) a[i] = sink.acc[first + i];
+  } else {
+    const auto* from = reinterpret_cast<const float4*>(sink.acc + first);
+    QSDP_UNROLL
+    for (unsigned i = 0; i < span_values; i += 4) {
+      const float4 x = from[i / 4];
+      a[i] = x.x, a[i + 1] = x.y, a[i + 2] = x.z, a[i + 3] = x.w;
+    }
   }
 }
+template <bool Skewed>
 __device__ QSDP_FORCE_INLINE void span_end(const accumulate_sink& sink, std::uint64_t first,
-                                           const float (&a)[span_values]) {
-  store_span<float, false>(sink.acc, first, a);
+                                           float (&a)[span_values], unsigned skew, bool active) {
+  store_span<float, false, Skewed>(sink.acc, first, a, skew, active);
 }
-template <class T>
+template <bool Skewed, class T>
 __device__ QSDP_FORCE_INLINE void span_end(const reduce_sink<T>& sink, std::uint64_t first,
-                                           float (&a)[span_values]) {
+                                           float (&a)[span_values], unsigned skew, bool active) {
   if (sink.average) {
     // sum / world, rounded once: for a power-of-two world, sum * (1 / world) is the same exact
     // quotient rounded the same way (the reciprocal is exact), without a division per value.
@@ -705,7 +789,7 @@ __device__ QSDP_FORCE_INLINE void span_end(const reduce_sink<T>& sink, std::uint
       for (unsigned k = 0; k < span_values; ++k) a[k] = a[k] / world;
     }
   }
-  store_span<T, false>(sink.dst, first, a);
+  store_span<T, false, Skewed>(sink.dst, first, a, skew, active);
 }
 
 /// Whether the sink is decode's into a 16-bit type (the shuffled table then holds its patterns).
@@ -729,20 +813,23 @@ __device__ QSDP_FORCE_INLINE void span_add(const Sink&, float (&a)[span_values],
 }
 
 /// Decodes the first `spans` spans of `packet_count` packets into the sink (see the section
-/// comment); Shuffled: through the shuffled table (shuffled_width, buckets of >= 512 values).
+/// comment); Shuffled: through the shuffled table (shuffled_width, buckets of >= 512 values). The
+/// output starts `skew` bytes past a 16-byte boundary (store_span_words).
 template <class Q, class Sink, bool Shuffled>
 __global__ void __launch_bounds__(codec_block)
     decode_spans_kernel(Q q, const std::byte* packets, std::size_t packet_bytes,
                         unsigned packet_count, unsigned first_index, std::uint64_t spans,
                         packet_layout l, header_expectation want, int log2_bucket,
-                        device_report* failure, Sink sink) {
+                        device_report* failure, Sink sink, unsigned skew) {
   const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
-  const auto span = [&](std::uint64_t s, bool active) {
+  const auto span = [&](auto skewed, std::uint64_t s, bool active) {
+    constexpr bool Skewed = decltype(skewed)::value;
     if constexpr (Shuffled && stores_16_bit<Sink>) {
-      decode_span_shuffled_into(q, packets, l, s, log2_bucket, ok, active, sink.dst);  // 1 packet
+      decode_span_shuffled_into<Skewed>(q, packets, l, s, log2_bucket, ok, active, sink.dst,
+                                        skew);  // 1 packet
     } else {
       float a[span_values];
-      span_begin(sink, s * span_values, a);
+      span_begin<Skewed>(sink, s * span_values, a);
       for (unsigned p = 0; p < packet_count; ++p) {
         float v[span_values];
         if constexpr (Shuffled)
@@ -751,25 +838,30 @@ __global__ void __launch_bounds__(codec_block)
           decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
         span_add(sink, a, v);
       }
-      if (active) span_end(sink, s * span_values, a);
+      span_end<Skewed>(sink, s * span_values, a, skew, active);
     }
   };
-  if constexpr (Shuffled) {
-    // A warp takes 32 consecutive spans per step and its lanes stay together (the table needs
-    // every lane): a lane past the last span decodes the last span again and stores nothing. (The
-    // last span, not the warp's first: a lane's table entry must be its own lane group's bucket's,
-    // and a group with lanes past the end holds the last span.)
+  // Warp tiles: a warp takes 32 consecutive spans per step and its lanes stay together (the
+  // shuffled table and skewed stores need every lane): a lane past the last span decodes the last
+  // span again and stores nothing. (The last span, not the warp's first: a lane's table entry must
+  // be its own lane group's bucket's, and a group with lanes past the end holds the last span.)
+  const auto warp_tiles = [&](auto skewed) {
     const unsigned lane = threadIdx.x % 32;
     const std::uint64_t warps = std::uint64_t{gridDim.x} * blockDim.x / 32;
     for (std::uint64_t base = (blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x) / 32 * 32;
          base < spans; base += warps * 32) {
       const bool active = base + lane < spans;
-      span(active ? base + lane : spans - 1, active);
+      span(skewed, active ? base + lane : spans - 1, active);
     }
-  } else {
+  };
+  if (skew != 0) {
+    warp_tiles(std::true_type{});
+  } else if constexpr (Shuffled) {
+    warp_tiles(std::false_type{});
+  } else {  // no lane needs another: a thread per span
     for (std::uint64_t s = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; s < spans;
          s += std::uint64_t{gridDim.x} * blockDim.x)
-      span(s, true);
+      span(std::false_type{}, s, true);
   }
 }
 

@@ -67,7 +67,7 @@ inline int pow2_log(std::size_t bucket, std::size_t lo, std::size_t hi) {
 /// Encodes count values at src (device) into the packet (device), stream-ordered.
 template <class Q, class T>
 void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
-                   const rng_key& key, cudaStream_t stream, const char* where) {
+                   const rng_source& source, cudaStream_t stream, const char* where) {
   const packet_layout l = layout_for<Q, T>(q, count);
   const packet_header h = make_header<Q, T>(q, count);
   const std::size_t meta_end =
@@ -87,16 +87,41 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
     const int log2_bucket = pow2_log(q.bucket_size, 64, 4096);
     if (log2_bucket >= 0 && aligned16(src) && aligned16(packet)) {
       launch(encode_buckets_kernel<Q, T>, grid_for(groups, fast_encode_block), fast_encode_block,
-             stream, "encode_buckets_kernel", where, q, src, count, packet, l, key,
+             stream, "encode_buckets_kernel", where, q, src, count, packet, l, source,
              static_cast<unsigned>(log2_bucket));
     } else {
       launch(bucket_meta_kernel<Q, T>, grid_for(l.buckets, codec_block / 32), codec_block, stream,
-             "bucket_meta_kernel", where, q, src, count, packet, l, key);
+             "bucket_meta_kernel", where, q, src, count, packet, l, source);
       launch(encode_groups_kernel<Q, T>, grid_for(groups, codec_block), codec_block, stream,
-             "encode_groups_kernel", where, q, src, count, packet, l, key);
+             "encode_groups_kernel", where, q, src, count, packet, l, source);
     }
   }
 }
+
+/// Moves the device call counter at `counter` on by `calls`, stream-ordered after the encodes that
+/// read it.
+inline void launch_advance_calls(std::uint64_t* counter, std::uint64_t calls, cudaStream_t stream,
+                                 const char* where) {
+  launch(advance_calls_kernel<>, 1, 1, stream, "advance_calls_kernel", where, counter, calls);
+}
+
+/// Where the spans kernel may write a sink's output: its skew (bytes past a 16-byte boundary), or
+/// -1 where it may not. It takes any whole-element skew (store_span_words); a pointer that is not a
+/// multiple of its element's size goes to the general kernel.
+template <class T>
+int output_skew(const T* p) {
+  const auto skew = static_cast<int>(reinterpret_cast<std::uintptr_t>(p) % 16);
+  return skew % static_cast<int>(sizeof(T)) == 0 ? skew : -1;
+}
+template <class T>
+int span_skew(const store_sink<T>& sink) {
+  return output_skew(sink.dst);
+}
+template <class T>
+int span_skew(const reduce_sink<T>& sink) {
+  return output_skew(sink.dst);
+}
+inline int span_skew(const accumulate_sink& sink) { return output_skew(sink.acc); }
 
 /// Decodes `packet_count` packets of `count` values each (packet p at packets + p * packet_bytes)
 /// into the sink. Failures are reported with packet index first_index + p.
@@ -120,13 +145,14 @@ void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_byte
     // buffer allows 16-byte words; the general kernel decodes the rest.
     const bool aligned = aligned16(packets) && (packet_count == 1 || packet_bytes % 16 == 0);
     const std::uint64_t spans = count / span_values;
-    if (log2_bucket >= 5 && aligned && sink.aligned && spans > 0) {
+    const int skew = span_skew(sink);
+    if (log2_bucket >= 5 && aligned && skew >= 0 && spans > 0) {
       auto* kernel = decode_spans_kernel<Q, Sink, false>;
       if constexpr (shuffled_width<Q::bits>)
         if (log2_bucket >= shuffled_min_log2_bucket) kernel = decode_spans_kernel<Q, Sink, true>;
       launch(kernel, grid_for(spans, codec_block), codec_block, stream, "decode_spans_kernel",
              where, q, packets, packet_bytes, packet_count, first_index, spans, l, want,
-             log2_bucket, failure, sink);
+             log2_bucket, failure, sink, static_cast<unsigned>(skew));
       first_group = spans * (span_values / group_values);
       if (first_group == groups) return;
     }
@@ -199,6 +225,32 @@ void encode(const Q& q, const T* src, std::size_t count, std::byte* packet, rng_
   detail::cuda::launch_encode(q, src, count, packet,
                               detail::rng_key{detail::seed_of(q), position.call, position.stream},
                               stream, where);
+}
+
+template <class Q, class T>
+void encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
+            device_rng_position position, cudaStream_t stream) {
+  constexpr const char* where = "qsdp::encode (device)";
+  detail::cuda::require_device_element<T>();
+  const int device = detail::cuda::check_device_call(q, count, stream, where);
+  if (position.stream >= (1u << 31))
+    throw qsdp::error(std::string(where) + ": device_rng_position.stream is " +
+                      std::to_string(position.stream) + "; expected < 2^31");
+  if (position.call == nullptr)
+    throw qsdp::error(std::string(where) +
+                      ": device_rng_position.call is null; expected a std::uint64_t in device "
+                      "memory holding the call index");
+  if (reinterpret_cast<std::uintptr_t>(position.call) % alignof(std::uint64_t) != 0)
+    throw qsdp::error(std::string(where) + ": device_rng_position.call (" +
+                      detail::cuda::address(position.call) + ") is not 8-byte aligned");
+  detail::cuda::require_device_pointer(position.call, "device_rng_position.call", device, where);
+  detail::cuda::require_device_buffers(packet, "packet", src, "src", count, device, where);
+  detail::cuda::launch_encode(
+      q, src, count, packet,
+      detail::cuda::rng_source(detail::rng_key{detail::seed_of(q), 0, position.stream},
+                               position.call),
+      stream, where);
+  detail::cuda::launch_advance_calls(position.call, 1, stream, where);
 }
 
 template <class Q, class T>

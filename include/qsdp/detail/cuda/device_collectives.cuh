@@ -107,6 +107,7 @@ class device_steps {
     plan_ = plan_collective<Q, T>(comm, q, kind, op, count);
     scratch_ = comm.state().workspace.get(plan_.scratch.total, stream, where);
     agree_once(comm, plan_.descriptor, scratch_ + plan_.scratch.descriptors, stream, where);
+    call_counter_ = comm.state().workspace.call_counter(plan_.calls[0], stream, where);
   }
 
   int rank() const { return comm_.rank(); }
@@ -114,8 +115,12 @@ class device_steps {
   const collective_call& plan() const { return plan_; }
   std::byte* scratch() const { return scratch_; }
 
+  /// The kernels take the call index from the communicator's device counter (plus 1 for
+  /// all_reduce's second phase), not from the host's plan: a CUDA graph that captured this call
+  /// then draws fresh numbers at every replay.
   void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
-    launch_encode(q_, src, count, packet, key, stream_, where_);
+    const rng_key phase{key.seed, key.call - plan_.calls[0], key.stream};
+    launch_encode(q_, src, count, packet, rng_source(phase, call_counter_), stream_, where_);
   }
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     comm_.all_gather_bytes(send, recv, n, stream_);
@@ -152,6 +157,11 @@ class device_steps {
   void zero(T* to, std::size_t n) {
     if (n) check(cudaMemsetAsync(to, 0, n * sizeof(T), stream_), "cudaMemsetAsync", where_);
   }
+  /// Moves the device call counter past this call's indices, after the encodes that read it.
+  void finish() {
+    launch_advance_calls(call_counter_, plan_.kind == collective_kind::all_reduce ? 2 : 1, stream_,
+                         where_);
+  }
 
  private:
   device_report* report() {
@@ -165,6 +175,7 @@ class device_steps {
   const char* where_;
   collective_call plan_{};
   std::byte* scratch_ = nullptr;
+  std::uint64_t* call_counter_ = nullptr;
 };
 
 }  // namespace qsdp::detail::cuda

@@ -163,14 +163,12 @@ class failure_channel : private no_copies {
 // --------------------------------------------------------------------------
 
 /// Device scratch of a communicator: grows (cudaMallocAsync on the caller's stream) when a larger
-/// call arrives and is reused otherwise.
+/// call arrives and is reused otherwise. It also holds the communicator's device call counter.
 /// - A call on another stream than the previous one first waits for everything queued on the
-/// previous
-///   stream (an event), so two streams never use the scratch at the same time.
+///   previous stream (an event), so two streams never use the scratch at the same time.
 /// - A buffer that is outgrown is kept until the workspace is destroyed, not freed: a CUDA graph
-/// that
-///   captured a call holds its address, and replaying it later must still find live memory. (Growth
-///   is geometric, so the retired buffers add at most twice the final size.)
+///   that captured a call holds its address, and replaying it later must still find live memory.
+///   (Growth is geometric, so the retired buffers add at most twice the final size.)
 /// - Growing during capture is refused: run the call once before capturing it, as for NCCL's own
 ///   buffers.
 /// Destroy the workspace (its communicator) before the streams it was used on.
@@ -178,6 +176,7 @@ class device_workspace : private no_copies {
  public:
   ~device_workspace() {
     if (data_) (void)cudaFreeAsync(data_, last_stream_);
+    if (calls_) (void)cudaFreeAsync(calls_, last_stream_);
     for (std::byte* old : retired_) (void)cudaFreeAsync(old, last_stream_);
     if (handoff_) (void)cudaEventDestroy(handoff_);
   }
@@ -213,6 +212,29 @@ class device_workspace : private no_copies {
   std::size_t capacity() const noexcept { return capacity_; }
   std::size_t growths() const noexcept { return growths_; }
 
+  /// The communicator's call counter in device memory: the call index the next collective's
+  /// kernels draw from. Kernels read it and advance it themselves, so that a collective captured
+  /// in a CUDA graph draws fresh numbers at every replay. Allocated at the first call (never under
+  /// capture: that call agrees its signature on the host first), starting at `first_call`, the
+  /// host counter's value then; from there on it, not the host counter, numbers the device calls.
+  /// Call after get(), which has ordered `stream` after the previous one.
+  std::uint64_t* call_counter(std::uint64_t first_call, cudaStream_t stream, const char* where) {
+    if (!calls_) {
+      if (capturing(stream, where))
+        throw qsdp::error(std::string(where) +
+                          ": the communicator's device call counter is allocated by its first "
+                          "call, which cannot happen inside CUDA graph capture");
+      void* p = nullptr;
+      check(cudaMallocAsync(&p, sizeof(std::uint64_t), stream), "cudaMallocAsync", where);
+      calls_ = static_cast<std::uint64_t*>(p);
+      first_call_ = first_call;  // a member: the copy from pageable memory reads it later
+      check(
+          cudaMemcpyAsync(calls_, &first_call_, sizeof first_call_, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync", where);
+    }
+    return calls_;
+  }
+
  private:
   std::byte* data_ = nullptr;  // cudaMallocAsync returns 256-byte aligned memory
   std::vector<std::byte*> retired_;
@@ -221,6 +243,8 @@ class device_workspace : private no_copies {
   cudaStream_t last_stream_ = nullptr;
   bool used_ = false;
   cudaEvent_t handoff_ = nullptr;
+  std::uint64_t* calls_ = nullptr;
+  std::uint64_t first_call_ = 0;
 };
 
 }  // namespace qsdp::detail::cuda
