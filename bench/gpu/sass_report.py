@@ -89,7 +89,7 @@ RANKS = (2, 4, 8)
 # Values one thread handles per iteration of each kernel's steady-state loop (codec_kernels.cuh:
 # one group of group_values = 8 values per thread and iteration).
 VALUES_PER_ITERATION = {
-    "encode_buckets_kernel": 8,
+    "encode_spans_kernel": 32,  # span_values
     "bucket_meta_kernel": BUCKET // 32,  # a warp per bucket: bucket / 32 values per lane
     "encode_groups_kernel": 8,
     "decode_kernel": 8,
@@ -163,7 +163,7 @@ def hot_kernels() -> list[Kernel]:
             shuffled = "true" if bits <= 4 and 32 % bits == 0 else "false"
             for element, (ctype, _) in ELEMENTS.items():
                 kernels += [
-                    Kernel("encode", policy, bits, element, f"encode_buckets_kernel<{q}, {ctype}>"),
+                    Kernel("encode", policy, bits, element, f"encode_spans_kernel<{q}, {ctype}>"),
                     Kernel("encode general (meta)", policy, bits, element,
                            f"bucket_meta_kernel<{q}, {ctype}>"),
                     Kernel("encode general (codes)", policy, bits, element,
@@ -569,6 +569,7 @@ class Row:
     why: str
     path: PathCount
     loop: tuple
+    uncounted: list  # (header, latch) of the inner loops that mark the figure `*`
 
 
 def analyse(kernel: Kernel, instrs: list[Instr], res: Resources) -> Row:
@@ -640,7 +641,7 @@ def analyse(kernel: Kernel, instrs: list[Instr], res: Resources) -> Row:
     if budget is not None and ceiling < budget:
         why.append(f"ceiling {ceiling:.2f} < {budget:.2f}")
     return Row(kernel, res, local, per_value, i, widths, ceiling, bool(uncounted), not why,
-               ", ".join(why), path, outer)
+               ", ".join(why), path, outer, uncounted)
 
 
 def explain(row: Row) -> list[str]:
@@ -648,6 +649,8 @@ def explain(row: Row) -> list[str]:
     lines = [f"{row.kernel.name}: steady-state loop {row.loop[0]:#06x}..{row.loop[1]:#06x}; "
              f"{row.path.instructions} instructions per iteration, "
              f"{VALUES_PER_ITERATION[row.kernel.template.split('<')[0]]} values per thread"]
+    for h, b in row.uncounted:
+        lines.append(f"  inner loop of unknown trip count: {h:#06x}..{b:#06x}")
     for instrs, times in row.path.trace:
         for i in instrs:
             mark = f"x{times}" if times != 1 else ""

@@ -77,12 +77,28 @@ struct value_grid {
   bool fractional = true;
 };
 
+/// A code on the grid with the rounding offset given (g.offset, or the value's draw in double).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code_at(const code_grid& g, float x,
+                                                              double offset) {
+  const double t = fma_d(static_cast<double>(x) - g.origin, g.inverse_step, offset);
+#if defined(__CUDA_ARCH__)
+  // The device clamps after truncating, in integers: the same code for every t. The conversion
+  // truncates toward zero and saturates (NaN gives 0 or INT_MIN), so t in [0, top] gives trunc(t)
+  // as before; t < 0 a value <= 0, and t > top (or +inf) at least trunc(top), which the integer
+  // clamp to [0, trunc(top)] maps where the double clamp does. Two integer min/max instead of two
+  // double compares and four selects per value.
+  const int truncated = __double2int_rz(t);
+  const int top = __double2int_rz(g.top);
+  return static_cast<std::uint32_t>(min(max(truncated, 0), top));
+#else
+  return floor_nonnegative(clamp_d(t, 0.0, g.top));
+#endif
+}
+
 /// A code on the grid; `u` is the value's draw, read only when DrawnOffset.
 template <bool DrawnOffset>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code(const code_grid& g, float x, float u) {
-  const double offset = DrawnOffset ? static_cast<double>(u) : g.offset;
-  const double t = fma_d(static_cast<double>(x) - g.origin, g.inverse_step, offset);
-  return floor_nonnegative(clamp_d(t, 0.0, g.top));
+  return grid_code_at(g, x, DrawnOffset ? static_cast<double>(u) : g.offset);
 }
 
 /// The value of a code, in double (the AVX2 loops round the same double to float).

@@ -9,14 +9,17 @@
 // decide which thread runs which step.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../../config.hpp"
 #include "../../quantizers.hpp"
 #include "float_types.hpp"
 #include "format.hpp"
+#include "grid.hpp"
 #include "philox.hpp"
 #include "statistics.hpp"
 
@@ -33,7 +36,15 @@ inline constexpr unsigned group_values = 8;
 /// The 16-bit draw of value k (0..7) of a group whose Philox block is `block`.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float group_draw(const philox_block& block, unsigned k) {
   const std::uint32_t word = block.v[k >> 1];
-  return uniform_from_half(k & 1 ? word >> 16 : word);
+  const std::uint32_t half = (k & 1 ? word >> 16 : word) & 0xFFFFu;
+#if defined(__CUDA_ARCH__)
+  // uniform_from_half's (half + 1/2) * 2^-16, from bits: 1 + (half + 1/2) * 2^-16 has exactly
+  // those 17 fraction bits, and subtracting 1 is exact. Two integer operations and an addition
+  // instead of an int-to-float conversion, an addition and a multiplication.
+  return __uint_as_float(0x3F800040u | (half << 7)) - 1.0f;
+#else
+  return uniform_from_half(half);
+#endif
 }
 
 /// Places code k of a group in its packed word (LSB-first; codes above 2^B are cut to 8 bits like
@@ -51,24 +62,63 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t code_at(std::uint64_t word, uns
 
 /// Codes of the first n (<= 8) values of group `group`, all in one finite bucket with metadata m.
 /// Values n..7 get code 0, as the host pads its last group.
+/// group_draw in double, the offset grid_code adds: the same value.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE double group_draw_offset(const philox_block& block, unsigned k) {
+#if defined(__CUDA_ARCH__)
+  // 2^52 + half is the double whose low word is the half; minus 2^52 it is the half, exactly, and
+  // half * 2^-16 + 2^-17 is exact too: one integer operation and two double ones instead of a
+  // float computation and a conversion.
+  const std::uint32_t word = block.v[k >> 1];
+  const std::uint32_t half = k & 1 ? word >> 16 : word & 0xFFFFu;
+  const double whole = __hiloint2double(0x43300000, static_cast<int>(half)) - 0x1p52;
+  return fma_d(whole, 0x1p-16, 0x1p-17);
+#else
+  return static_cast<double>(group_draw(block, k));
+#endif
+}
+
+/// Whether Q is a built-in policy, whose encode is grid_code on its code_grid_for (quantizers.hpp):
+/// the kernels then evaluate the grid directly, with the draw built in double.
+template <class Q>
+inline constexpr bool encodes_on_grid = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &&
+                                        requires(const Q& q, const typename Q::meta_type& m) {
+  { q.code_grid_for(m) } -> std::same_as<code_grid>;
+};
+
+/// The same with the group's Philox block already drawn (read only by randomized policies). Codes
+/// of widths up to 4 are placed in 32 bits (a group's 8B bits fit, and what a contract-breaking
+/// code would push beyond them is not stored either way).
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, const float* x,
+                                                                    unsigned n,
+                                                                    const typename Q::meta_type& m,
+                                                                    const philox_block& block) {
+  using word_type = std::conditional_t<(Q::bits <= 4), std::uint32_t, std::uint64_t>;
+  word_type word = 0;
+  for (unsigned k = 0; k < group_values; ++k) {
+    if (k >= n) continue;
+    std::uint32_t code;
+    if constexpr (encodes_on_grid<Q>) {
+      const code_grid g = q.code_grid_for(m);
+      code =
+          grid_code_at(g, x[k], randomized_elements<Q>() ? group_draw_offset(block, k) : g.offset);
+    } else {
+      code = q.encode(x[k], m, randomized_elements<Q>() ? group_draw(block, k) : 0.0f);
+    }
+    word |= static_cast<word_type>(static_cast<std::uint8_t>(code)) << (k * Q::bits);
+  }
+  return word;
+}
+
 template <class Q>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group(const Q& q, const float* x,
                                                               unsigned n,
                                                               const typename Q::meta_type& m,
                                                               const rng_key& key,
                                                               std::uint64_t group) {
-  std::uint64_t word = 0;
-  if constexpr (randomized_elements<Q>()) {
-    const philox_block block = key.block(draw_domain::element, group);
-    for (unsigned k = 0; k < group_values; ++k)
-      if (k < n) word |= place_code<Q::bits>(q.encode(x[k], m, group_draw(block, k)), k);
-  } else {
-    (void)key;
-    (void)group;
-    for (unsigned k = 0; k < group_values; ++k)
-      if (k < n) word |= place_code<Q::bits>(q.encode(x[k], m, 0.0f), k);
-  }
-  return word;
+  philox_block block{};
+  if constexpr (randomized_elements<Q>()) block = key.block(draw_domain::element, group);
+  return encode_group_drawn(q, x, n, m, block);
 }
 
 /// The code of one value (for groups that straddle buckets); `flagged` buckets send code 0.
@@ -136,15 +186,18 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool store_bucket_meta(const Q& q, std::byte*
   return !p.finite();
 }
 
-/// Stores the n (<= 8) bytes of a packed group at any alignment.
+/// Stores the n (<= 8) bytes of a packed group at any alignment. (Eight tests rather than a loop of
+/// n steps: the kernels unroll it, so a cut group adds no loop to theirs.)
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE void store_group_bytes(std::byte* at, std::uint64_t word,
                                                           unsigned n) {
-  for (unsigned k = 0; k < n; ++k) at[k] = static_cast<std::byte>(word >> (8 * k));
+  for (unsigned k = 0; k < 8; ++k)
+    if (k < n) at[k] = static_cast<std::byte>(word >> (8 * k));
 }
 
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t load_group_bytes(const std::byte* at, unsigned n) {
   std::uint64_t word = 0;
-  for (unsigned k = 0; k < n; ++k) word |= static_cast<std::uint64_t>(at[k]) << (8 * k);
+  for (unsigned k = 0; k < 8; ++k)
+    if (k < n) word |= static_cast<std::uint64_t>(at[k]) << (8 * k);
   return word;
 }
 

@@ -1,18 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The device codec's kernels. Every thread owns one group of eight values (one Philox block of
-// draws, `bits` bytes of codes), and the arithmetic is detail/group_codec.hpp's, shared with the
-// host codec, so packets are byte-identical to the host's.
+// The device codec's kernels. Their unit is the group of eight values (one Philox block of draws,
+// `bits` bytes of codes), and the arithmetic is detail/codec/group.hpp's, shared with the host
+// codec, so packets are byte-identical to the host's.
 //
 // Encode, fast path (bucket size a power of two from 64 to 4096, 16-byte aligned input and packet):
-// one pass. A bucket's 8..512 threads load their groups with 16-byte loads into registers, reduce
-// the bucket's min/max/finite with warp shuffles (and shared memory across warps for buckets of
-// more than 256 values), fit the metadata and write codes, without reading global memory again.
+// one pass. A thread takes a span of 32 values (four groups); a bucket's 2..128 threads load their
+// spans with 16-byte loads into registers, reduce the bucket's min/max/finite with warp shuffles
+// (and shared memory across warps for buckets of 2048 and 4096 values), fit the metadata and write
+// codes in 16-byte words, without reading global memory again.
 // Encode, general path (any bucket size, any alignment): a warp per bucket writes the metadata
 // (cub::WarpReduce), then a thread per group writes codes, looking up each value's bucket.
-// Decode: a thread per group; with `packets` > 1 it reads every packet's group and sums in fp32 in
-// packet order (reduce-scatter's fused decode-accumulate: each input byte read once, output written
-// once). Headers are checked on the device, once per block; a bad one is reported through a
+// Decode, fast path (buckets of at least 32 values, a power of two; 16-byte aligned packets): a
+// thread per span of 32 values (see "The fast decoder" below). Decode, general path: a thread per
+// group. With `packets` > 1 both read every packet's values and sum in fp32 in packet order
+// (reduce-scatter's fused decode-accumulate: each input byte read once, output written once).
+// Headers are checked on the device, once per block; a bad one is reported through a
 // failure_channel and its values come out as NaN.
 #pragma once
 
@@ -47,6 +50,9 @@ namespace qsdp::detail::cuda {
 inline constexpr unsigned codec_block = 256;        // threads per block of the per-group kernels
 inline constexpr unsigned fast_encode_block = 512;  // threads per block of the one-pass encoder
 inline constexpr unsigned max_grid = 1u << 20;      // blocks; grid-stride loops cover the rest
+/// Values per thread and step of the one-pass encoder and the span decoder: four groups, a lane's
+/// share of a bucket of at least 64 (encode) or 32 (decode) values.
+inline constexpr unsigned span_values = 32;
 
 inline unsigned grid_for(std::uint64_t items, unsigned per_block) {
   const std::uint64_t blocks = (items + per_block - 1) / per_block;
@@ -209,49 +215,129 @@ __device__ QSDP_FORCE_INLINE partial_stats shuffle_xor(const partial_stats& p, u
   partial_stats o;
   o.lo = __shfl_xor_sync(0xFFFFFFFFu, p.lo, offset);
   o.hi = __shfl_xor_sync(0xFFFFFFFFu, p.hi, offset);
-  o.non_finite = __shfl_xor_sync(0xFFFFFFFFu, p.non_finite, offset);
+  o.non_finite = p.non_finite;  // 0 on the device: finite() reads the extremes (statistics.hpp)
   return o;
 }
 
+/// A span's 32 values from a 16-byte aligned address: 16-byte loads.
+template <class T>
+__device__ QSDP_FORCE_INLINE void load_span_aligned(const T* p, float (&v)[span_values]) {
+  QSDP_UNROLL
+  for (unsigned g = 0; g < span_values / group_values; ++g)
+    load_group_aligned(p + g * group_values, v + g * group_values);
+}
+
+/// Metadata of bucket b into a 16-byte aligned packet: in 4-byte words where its size allows
+/// (the section starts at byte 32), else byte by byte.
+template <class M>
+__device__ QSDP_FORCE_INLINE void store_meta_aligned(std::byte* packet, const packet_layout& l,
+                                                     std::uint64_t b, const M& m) {
+  std::byte* at = packet + l.meta_offset + b * sizeof(M);
+  if constexpr (sizeof(M) % 4 == 0) {
+    std::uint32_t w[sizeof(M) / 4];
+    memcpy(w, static_cast<const void*>(&m), sizeof m);
+    QSDP_UNROLL
+    for (unsigned i = 0; i < sizeof(M) / 4; ++i) reinterpret_cast<std::uint32_t*>(at)[i] = w[i];
+  } else {
+    memcpy(at, static_cast<const void*>(&m), sizeof m);
+  }
+}
+
+/// A whole span's codes (4B bytes at 4B * s, so 4B-byte aligned): in the widest words that allows.
+template <int B>
+__device__ QSDP_FORCE_INLINE void store_span_codes(std::byte* at, const std::uint64_t (&words)[4]) {
+  if constexpr (B == 8) {
+    auto* to = reinterpret_cast<uint4*>(at);
+    to[0] = make_uint4(
+        static_cast<std::uint32_t>(words[0]), static_cast<std::uint32_t>(words[0] >> 32),
+        static_cast<std::uint32_t>(words[1]), static_cast<std::uint32_t>(words[1] >> 32));
+    to[1] = make_uint4(
+        static_cast<std::uint32_t>(words[2]), static_cast<std::uint32_t>(words[2] >> 32),
+        static_cast<std::uint32_t>(words[3]), static_cast<std::uint32_t>(words[3] >> 32));
+  } else if constexpr (B == 4) {
+    *reinterpret_cast<uint4*>(at) =
+        make_uint4(static_cast<std::uint32_t>(words[0]), static_cast<std::uint32_t>(words[1]),
+                   static_cast<std::uint32_t>(words[2]), static_cast<std::uint32_t>(words[3]));
+  } else if constexpr (B == 2) {  // a group's 16 bits each (bits beyond them are not its own)
+    *reinterpret_cast<uint2*>(at) =
+        make_uint2(static_cast<std::uint32_t>((words[0] & 0xFFFFu) | words[1] << 16),
+                   static_cast<std::uint32_t>((words[2] & 0xFFFFu) | words[3] << 16));
+  } else {
+    // 4B bytes: B 32-bit words of the four groups' 8B-bit codes laid end to end.
+    std::uint32_t out[B] = {};
+    QSDP_UNROLL
+    for (unsigned g = 0; g < 4; ++g) {
+      const unsigned bit = g * 8 * B;
+      const std::uint64_t own = words[g] & ((std::uint64_t{1} << (8 * B)) - 1);
+      QSDP_UNROLL
+      for (unsigned i = 0; i < B; ++i) {  // word i covers bits [32i, 32i + 32)
+        const int at_bit = static_cast<int>(32 * i) - static_cast<int>(bit);
+        if (at_bit >= 0 && at_bit < 8 * B)
+          out[i] |= static_cast<std::uint32_t>(own >> at_bit);
+        else if (at_bit < 0 && -at_bit < 32)
+          out[i] |= static_cast<std::uint32_t>(own << -at_bit);
+      }
+    }
+    QSDP_UNROLL
+    for (unsigned i = 0; i < B; ++i) reinterpret_cast<std::uint32_t*>(at)[i] = out[i];
+  }
+}
+
 /// Fast path: one pass, bucket = 2^log2_bucket values (64..4096), src and packet 16-byte aligned.
+/// A thread takes a span of 32 values (four groups) of one bucket: its values stay in registers
+/// from the 16-byte loads to the codes; the bucket's 2..128 threads reduce min/max/finite with warp
+/// shuffles (and shared memory across warps for buckets of 2048 and 4096), and each fits the
+/// metadata itself (no broadcast); the first writes it.
 template <class Q, class T>
 __global__ void __launch_bounds__(fast_encode_block)
-    encode_buckets_kernel(Q q, const T* __restrict__ src, std::size_t count,
-                          std::byte* __restrict__ packet, packet_layout l, rng_source source,
-                          unsigned log2_bucket) {
-  const rng_key key = source.resolve();
+    encode_spans_kernel(Q q, const T* __restrict__ src, std::size_t count,
+                        std::byte* __restrict__ packet, packet_layout l, rng_source source,
+                        unsigned log2_bucket) {
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
+  constexpr unsigned groups_per_span = span_values / group_values;
+  const rng_key key = source.resolve();
   __shared__ partial_stats warp_partials[fast_encode_block / 32];
-  const unsigned threads_per_bucket = 1u << (log2_bucket - 3);
+  const unsigned threads_per_bucket = 1u << (log2_bucket - 5);
   const unsigned width = threads_per_bucket < 32 ? threads_per_bucket : 32;
-  const std::uint64_t groups = (count + group_values - 1) / group_values;
-  const std::uint64_t tiles = (groups + fast_encode_block - 1) / fast_encode_block;
+  const std::uint64_t spans = (count + span_values - 1) / span_values;
+  const std::uint64_t tiles = (spans + fast_encode_block - 1) / fast_encode_block;
   for (std::uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const std::uint64_t g = tile * fast_encode_block + threadIdx.x;
-    const std::uint64_t first = g * group_values;
-    float v[group_values];
+    const std::uint64_t s = tile * fast_encode_block + threadIdx.x;
+    const std::uint64_t first = s * span_values;
+    float v[span_values];
     unsigned n = 0;
-    if (first + group_values <= count) {
-      load_group_aligned(src + first, v);
-      n = group_values;
-    } else if (first < count) {
-      n = static_cast<unsigned>(count - first);
-      for (unsigned k = 0; k < n; ++k) v[k] = load_value(src, first + k);
-    }
     partial_stats p;
-    QSDP_UNROLL
-    for (unsigned k = 0; k < group_values; ++k)
-      if (k < n) p.add(v[k]);
+    if (first + span_values <= count) {
+      load_span_aligned(src + first, v);
+      n = span_values;
+      QSDP_UNROLL
+      for (unsigned k = 0; k < span_values; ++k) p.add(v[k]);
+    } else if (first < count) {  // the cut last span
+      n = static_cast<unsigned>(count - first);
+      QSDP_UNROLL
+      for (unsigned k = 0; k < span_values; ++k) {
+        v[k] = k < n ? load_value(src, first + k) : 0.0f;
+        if (k < n) p.add(v[k]);
+      }
+    }
     // Every thread of the block takes part in the reduction (inactive ones with empty statistics).
-    for (unsigned offset = width / 2; offset > 0; offset /= 2) p.merge(shuffle_xor(p, offset));
-    if (threads_per_bucket > 32) {
+    // Five levels, each kept only within the bucket's lanes (merging is idempotent, so a lane may
+    // merge a value twice, never one of another bucket): no loop of run-time length.
+    QSDP_UNROLL
+    for (unsigned offset = 16; offset > 0; offset /= 2) {
+      const partial_stats o = shuffle_xor(p, offset);
+      if (offset < width) p.merge(o);
+    }
+    if (threads_per_bucket > 32) {  // 2 or 4 warps per bucket
       if (threadIdx.x % 32 == 0) warp_partials[threadIdx.x / 32] = p;
       __syncthreads();
       const unsigned warps_per_bucket = threads_per_bucket / 32;
       const unsigned first_warp = threadIdx.x / threads_per_bucket * warps_per_bucket;
       p = warp_partials[first_warp];
-      for (unsigned w = 1; w < warps_per_bucket; ++w) p.merge(warp_partials[first_warp + w]);
+      QSDP_UNROLL
+      for (unsigned w = 1; w < 4; ++w)
+        if (w < warps_per_bucket) p.merge(warp_partials[first_warp + w]);
       __syncthreads();  // the next tile overwrites warp_partials
     }
     if (n == 0) continue;
@@ -260,18 +346,41 @@ __global__ void __launch_bounds__(fast_encode_block)
     const std::uint64_t in_bucket = count - bucket_begin < (std::uint64_t{1} << log2_bucket)
                                         ? count - bucket_begin
                                         : (std::uint64_t{1} << log2_bucket);
-    std::uint64_t word = 0;
+    std::uint64_t words[groups_per_span] = {};
     meta_type m{};
     if (p.finite()) {
       m = fit_bucket(q, p, in_bucket, key, bucket);
-      word = encode_group(q, v, n, m, key, g);
+      philox_block blocks[groups_per_span] = {};  // the four groups' draws, generated together
+      if constexpr (randomized_elements<Q>())
+        key.blocks(draw_domain::element, s * groups_per_span, blocks);
+      if (n == span_values) {  // whole groups: no per-value test
+        QSDP_UNROLL
+        for (unsigned g = 0; g < groups_per_span; ++g)
+          words[g] = encode_group_drawn(q, v + g * group_values, group_values, m, blocks[g]);
+      } else {
+        QSDP_UNROLL
+        for (unsigned g = 0; g < groups_per_span; ++g) {
+          const unsigned in_group = n > g * group_values ? n - g * group_values : 0;
+          words[g] =
+              encode_group_drawn(q, v + g * group_values,
+                                 in_group < group_values ? in_group : group_values, m, blocks[g]);
+        }
+      }
     }
     if (first == bucket_begin) {
-      memcpy(packet + l.meta_offset + bucket * sizeof(meta_type), static_cast<const void*>(&m),
-             sizeof m);
+      store_meta_aligned(packet, l, bucket, m);
       if (!p.finite()) set_flag(packet + l.flags_offset, bucket);
     }
-    store_codes<B>(packet + l.codes_offset + g * B, word, group_bytes(B, g, l.code_bytes));
+    std::byte* const codes = packet + l.codes_offset + s * (4 * B);
+    if (n == span_values) {
+      store_span_codes<B>(codes, words);
+    } else {
+      QSDP_UNROLL
+      for (unsigned g = 0; g < groups_per_span; ++g) {
+        const std::uint64_t group = s * groups_per_span + g;
+        store_codes<B>(codes + g * B, words[g], group_bytes(B, group, l.code_bytes));
+      }
+    }
   }
 }
 
@@ -491,9 +600,6 @@ __global__ void __launch_bounds__(codec_block)
 // registers. It needs a bucket of at least 32 values (a power of two, so spans never straddle
 // buckets), 16-byte aligned packets and output, and covers the whole spans of the count; the
 // general decode_kernel does the rest (the last < 32 values, and everything else).
-
-/// Values per thread and step of decode_spans_kernel.
-inline constexpr unsigned span_values = 32;
 
 /// Loads n 32-bit words from a 4-byte aligned address, in the widest loads its alignment allows.
 template <unsigned N>
