@@ -20,6 +20,15 @@
 #define QSDP_HOST_DEVICE
 #endif
 
+// Where shared math has a faster device spelling (the same results, other instructions), it is
+// compiled in device code, and in tests/simt's emulation of the kernels on the host, which supplies
+// the intrinsics it uses: so CI executes the device spellings too, without a GPU.
+#if defined(__CUDA_ARCH__) || defined(QSDP_SIMT_EMULATION)
+#define QSDP_DEVICE_SPELLING 1
+#else
+#define QSDP_DEVICE_SPELLING 0
+#endif
+
 #if defined(__CUDACC__) || defined(__GNUC__) || defined(__clang__)
 #define QSDP_FORCE_INLINE inline __attribute__((always_inline))
 #else

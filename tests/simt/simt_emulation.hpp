@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -153,6 +155,48 @@ void launch(void (*kernel)(Params...), unsigned grid, unsigned threads, Args&&..
 }
 
 }  // namespace qsdp_simt
+
+// The CUDA intrinsics of the shared math's device spellings (QSDP_DEVICE_SPELLING), as CUDA and
+// PTX define them, so that the emulated kernels run the device's arithmetic, not the host's.
+
+/// cvt.rzi.s32.f64: toward zero, saturated; NaN gives INT_MIN (PTX ISA: a NaN converted from f64
+/// to a 32-bit integer is 1 << 31).
+inline int __double2int_rz(double x) {
+  if (std::isnan(x)) return INT32_MIN;
+  if (x >= 2147483647.0) return INT32_MAX;
+  if (x <= -2147483648.0) return INT32_MIN;
+  return static_cast<int>(x);
+}
+inline double __hiloint2double(int hi, int lo) {
+  const std::uint64_t bits = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32) |
+                             static_cast<std::uint32_t>(lo);
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+/// (hi:lo) >> min(shift, 32), low word.
+inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned shift) {
+  const std::uint64_t v = (static_cast<std::uint64_t>(hi) << 32) | lo;
+  return static_cast<unsigned>(v >> (shift < 32 ? shift : 32));
+}
+/// PRMT, default mode: byte i of the result is byte (s >> 4i) & 7 of y:x, or that byte's sign
+/// replicated when bit 3 of the selector nibble is set.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const std::uint64_t v = (static_cast<std::uint64_t>(y) << 32) | x;
+  unsigned r = 0;
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned nibble = (s >> (4 * i)) & 0xFu;
+    unsigned byte = static_cast<unsigned>(v >> (8 * (nibble & 7u))) & 0xFFu;
+    if (nibble & 8u) byte = byte & 0x80u ? 0xFFu : 0u;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
 
 #undef __shared__
 #define __shared__ static

@@ -60,7 +60,7 @@ QSDP_HOST_DEVICE inline std::uint16_t float_to_half_bits(float f) {
   // Denormal half (or zero): |f| * 2^24 is exact, and rounding it to an integer with ties to even
   // gives the denormal's mantissa (a carry into 0x400 is the smallest normal, which is right).
   const float scaled = detail::bit_cast<float>(magnitude) * 0x1p24f;
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
   const auto mantissa = static_cast<std::uint16_t>(rintf(scaled));
 #else
   const auto mantissa = static_cast<std::uint16_t>(std::nearbyint(scaled));
@@ -140,7 +140,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE T saturating_from_float(float v) {
   } else {
     constexpr float limit = element_traits<T>::max_finite;
     constexpr float float_max = 3.40282347e38f;
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
     // The same function in four instructions: clamp, unless v is inf or NaN (|NaN| <= max is
     // false, and fmaxf would have turned NaN into -limit).
     const float clamped = fminf(fmaxf(v, -limit), limit);

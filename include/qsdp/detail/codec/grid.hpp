@@ -81,7 +81,7 @@ struct value_grid {
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code_at(const code_grid& g, float x,
                                                               double offset) {
   const double t = fma_d(static_cast<double>(x) - g.origin, g.inverse_step, offset);
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
   // The device clamps after truncating, in integers: the same code for every t. The conversion
   // truncates toward zero and saturates (NaN gives 0 or INT_MIN), so t in [0, top] gives trunc(t)
   // as before; t < 0 a value <= 0, and t > top (or +inf) at least trunc(top), which the integer
@@ -89,7 +89,8 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code_at(const code_grid& g
   // double compares and four selects per value.
   const int truncated = __double2int_rz(t);
   const int top = __double2int_rz(g.top);
-  return static_cast<std::uint32_t>(min(max(truncated, 0), top));
+  const int low_clamped = truncated > 0 ? truncated : 0;
+  return static_cast<std::uint32_t>(low_clamped < top ? low_clamped : top);
 #else
   return floor_nonnegative(clamp_d(t, 0.0, g.top));
 #endif
@@ -115,7 +116,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE double grid_value(const value_grid& g, std::u
 /// range; beyond it, or inf, rounds to at most inf and is clamped to +-FLT_MAX; NaN becomes
 /// -FLT_MAX either way, since fmaxf returns its other operand).
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float grid_decode(const value_grid& g, std::uint32_t code) {
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
   if (g.clamp && g.lo == -float_max && g.hi == float_max) {
     value_grid unclamped = g;
     unclamped.clamp = false;

@@ -37,7 +37,7 @@ inline constexpr unsigned group_values = 8;
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float group_draw(const philox_block& block, unsigned k) {
   const std::uint32_t word = block.v[k >> 1];
   const std::uint32_t half = (k & 1 ? word >> 16 : word) & 0xFFFFu;
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
   // uniform_from_half's (half + 1/2) * 2^-16, from bits: 1 + (half + 1/2) * 2^-16 has exactly
   // those 17 fraction bits, and subtracting 1 is exact. Two integer operations and an addition
   // instead of an int-to-float conversion, an addition and a multiplication.
@@ -64,7 +64,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t code_at(std::uint64_t word, uns
 /// Values n..7 get code 0, as the host pads its last group.
 /// group_draw in double, the offset grid_code adds: the same value.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE double group_draw_offset(const philox_block& block, unsigned k) {
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
   // 2^52 + half is the double whose low word is the half; minus 2^52 it is the half, exactly, and
   // half * 2^-16 + 2^-17 is exact too: one integer operation and two double ones instead of a
   // float computation and a conversion.

@@ -679,7 +679,7 @@ __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packe
       const unsigned shift = k * B % 32;
       std::uint32_t code;
       if constexpr (B == 8) {
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
         code = __byte_perm(word, 0u, 0x4440u + shift / 8);
 #else
         code = (word >> shift) & 0xFFu;
@@ -750,7 +750,7 @@ __device__ QSDP_FORCE_INLINE void decode_span_shuffled(const Q& q, const std::by
 /// (hi:lo) >> shift, low 32 bits, for shift 16 or 32 (then hi).
 __device__ QSDP_FORCE_INLINE std::uint32_t funnel_right(std::uint32_t lo, std::uint32_t hi,
                                                         unsigned shift) {
-#if defined(__CUDA_ARCH__)
+#if QSDP_DEVICE_SPELLING
   return __funnelshift_rc(lo, hi, shift);
 #else
   return static_cast<std::uint32_t>(((static_cast<std::uint64_t>(hi) << 32) | lo) >> shift);
