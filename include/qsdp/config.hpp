@@ -29,6 +29,14 @@
 #define QSDP_DEVICE_SPELLING 0
 #endif
 
+// Unrolling hints for nvcc (host and device passes); nothing for a host compiler, which would warn
+// about the pragma (tests/simt compiles the kernels with one).
+#if defined(__CUDACC__)
+#define QSDP_UNROLL _Pragma("unroll")
+#else
+#define QSDP_UNROLL
+#endif
+
 #if defined(__CUDACC__) || defined(__GNUC__) || defined(__clang__)
 #define QSDP_FORCE_INLINE inline __attribute__((always_inline))
 #else

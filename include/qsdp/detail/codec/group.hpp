@@ -121,21 +121,6 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group(const Q& q, const 
   return encode_group_drawn(q, x, n, m, block);
 }
 
-/// The code of one value (for groups that straddle buckets); `flagged` buckets send code 0.
-template <class Q>
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t encode_value(const Q& q, float x,
-                                                              const typename Q::meta_type& m,
-                                                              const rng_key& key,
-                                                              std::uint64_t index) {
-  if constexpr (randomized_elements<Q>()) {
-    return q.encode(x, m, key.value_uniform(index));
-  } else {
-    (void)key;
-    (void)index;
-    return q.encode(x, m, 0.0f);
-  }
-}
-
 /// Bytes of group g's packed codes that belong to the stream (the last group may be cut).
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE unsigned group_bytes(int bits, std::uint64_t group,
                                                         std::size_t code_bytes) {
@@ -214,15 +199,21 @@ QSDP_HOST_DEVICE void encode_group_general(const Q& q, const T* src, std::size_t
   std::uint64_t cached = ~std::uint64_t{0};
   meta_type m{};
   bool flagged = false;
-  for (unsigned k = 0; k < group_values && first + k < count; ++k) {
+  philox_block block{};  // the group's draws: value first + k takes half k (rng_key)
+  if constexpr (randomized_elements<Q>()) block = key.block(draw_domain::element, g);
+  for (unsigned k = 0; k < group_values; ++k) {  // fixed bounds: unrolled, no loop in the kernel
     const std::uint64_t i = first + k;
+    if (i >= count) break;
     const std::uint64_t b = i / q.bucket_size;
     if (b != cached) {
       cached = b;
       flagged = bucket_flagged(flags, b);
       m = load_meta<meta_type>(packet, l, b);
     }
-    if (!flagged) word |= place_code<Q::bits>(encode_value(q, load_value(src, i), m, key, i), k);
+    if (!flagged) {
+      const float u = randomized_elements<Q>() ? group_draw(block, k) : 0.0f;
+      word |= place_code<Q::bits>(q.encode(load_value(src, i), m, u), k);
+    }
   }
   store_group_bytes(packet + l.codes_offset + g * Q::bits, word,
                     group_bytes(Q::bits, g, l.code_bytes));
@@ -243,7 +234,8 @@ QSDP_HOST_DEVICE unsigned decode_group(const Q& q, const std::byte* packet, cons
   std::uint64_t cached = ~std::uint64_t{0};
   meta_type m{};
   bool flagged = false;
-  for (unsigned k = 0; k < n; ++k) {
+  for (unsigned k = 0; k < group_values; ++k) {  // fixed bounds: `out` stays in registers
+    if (k >= n) break;
     const std::uint64_t b = (first + k) / q.bucket_size;
     if (b != cached) {
       cached = b;

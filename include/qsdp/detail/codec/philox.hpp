@@ -34,7 +34,9 @@ QSDP_HOST_DEVICE constexpr void philox_round(philox_block& b, std::uint32_t k0, 
 template <unsigned N>
 QSDP_HOST_DEVICE constexpr void philox4x32_10(philox_block (&c)[N], std::uint32_t k0,
                                               std::uint32_t k1) {
+  QSDP_UNROLL
   for (int round = 0; round < 10; ++round) {
+    QSDP_UNROLL
     for (unsigned i = 0; i < N; ++i) philox_round(c[i], k0, k1);
     k0 += philox_w0;
     k1 += philox_w1;

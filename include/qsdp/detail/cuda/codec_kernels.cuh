@@ -37,14 +37,6 @@
 #include "../codec/group.hpp"
 #include "../transport/cuda_runtime.hpp"
 
-// Unrolling hints for nvcc; nothing for a host compiler (tests/simt compiles these kernels with
-// one).
-#if defined(__CUDACC__)
-#define QSDP_UNROLL _Pragma("unroll")
-#else
-#define QSDP_UNROLL
-#endif
-
 namespace qsdp::detail::cuda {
 
 inline constexpr unsigned codec_block = 256;        // threads per block of the per-group kernels
@@ -451,7 +443,8 @@ struct store_sink {  // decode: dst = value (saturated into T's range)
   bool aligned;
   __device__ void begin(std::uint64_t, unsigned, float*) const {}
   __device__ void add(float* a, const float* v, unsigned n) const {
-    for (unsigned k = 0; k < n; ++k) a[k] = v[k];
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n) a[k] = v[k];
   }
   __device__ void end(std::uint64_t first, unsigned n, const float* a) const {
     alignas(16) T out[group_values];  // stored as 16-byte words
@@ -467,9 +460,10 @@ struct store_sink {  // decode: dst = value (saturated into T's range)
       auto* to = reinterpret_cast<uint4*>(dst + first);
       for (unsigned w = 0; w < sizeof(U) * group_values / 16; ++w) to[w] = words[w];
     } else {
-      for (unsigned k = 0; k < n; ++k)
-        memcpy(reinterpret_cast<unsigned char*>(dst) + (first + k) * sizeof(U),
-               static_cast<const void*>(&out[k]), sizeof(U));
+      for (unsigned k = 0; k < group_values; ++k)
+        if (k < n)
+          memcpy(reinterpret_cast<unsigned char*>(dst) + (first + k) * sizeof(U),
+                 static_cast<const void*>(&out[k]), sizeof(U));
     }
   }
 };
@@ -485,11 +479,13 @@ struct accumulate_sink {  // decode_accumulate: acc += value, packet after packe
       a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w, a[4] = y.x, a[5] = y.y, a[6] = y.z,
       a[7] = y.w;
     } else {
-      for (unsigned k = 0; k < n; ++k) a[k] = load_value(acc, first + k);
+      for (unsigned k = 0; k < group_values; ++k)
+        if (k < n) a[k] = load_value(acc, first + k);
     }
   }
   __device__ void add(float* a, const float* v, unsigned n) const {
-    for (unsigned k = 0; k < n; ++k) a[k] = a[k] + v[k];
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n) a[k] = a[k] + v[k];
   }
   __device__ void end(std::uint64_t first, unsigned n, const float* a) const {
     store_sink<float>::store_values(acc, first, n, a, aligned);
@@ -507,7 +503,8 @@ struct reduce_sink {  // reduce-scatter: out = (sum over packets) [/ world], rou
     for (unsigned k = 0; k < group_values; ++k) a[k] = 0.0f;
   }
   __device__ void add(float* a, const float* v, unsigned n) const {
-    for (unsigned k = 0; k < n; ++k) a[k] = a[k] + v[k];
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n) a[k] = a[k] + v[k];
   }
   __device__ void end(std::uint64_t first, unsigned n, const float* a) const {
     alignas(16) T out[group_values];  // stored as 16-byte words
@@ -582,7 +579,8 @@ __global__ void __launch_bounds__(codec_block)
         for (unsigned k = 0; k < group_values; ++k) v[k] = quiet_nan();
       } else if constexpr (is_identity<Q>) {
         const auto element = static_cast<std::uint8_t>(packet[offsetof(packet_header, element)]);
-        for (unsigned k = 0; k < n; ++k) v[k] = identity_value(packet, l, element, first + k);
+        for (unsigned k = 0; k < group_values; ++k)
+          if (k < n) v[k] = identity_value(packet, l, element, first + k);
       } else {
         decode_one(q, packet, l, count, g, log2_bucket, packets_aligned, v);
       }
