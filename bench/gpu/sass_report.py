@@ -163,7 +163,7 @@ def hot_kernels() -> list[Kernel]:
             shuffled = "true" if bits <= 4 and 32 % bits == 0 else "false"
             for element, (ctype, _) in ELEMENTS.items():
                 kernels += [
-                    Kernel("encode", policy, bits, element, f"encode_spans_kernel<{q}, {ctype}>"),
+                    Kernel("encode", policy, bits, element, f"encode_spans_kernel<{q}, {ctype}, true>"),
                     Kernel("encode general (meta)", policy, bits, element,
                            f"bucket_meta_kernel<{q}, {ctype}>"),
                     Kernel("encode general (codes)", policy, bits, element,

@@ -136,8 +136,13 @@ void sweep(Q q) {
   q.bucket_size = 100;  // the general kernels
   check<Q, float>(q, 5003, 0, 0, true);
   check<Q, __half>(q, 777, 2, 0, false);
-  q.bucket_size = 1024;  // aligned bucket, unaligned pointers: general kernels too
+  q.bucket_size = 1024;  // aligned bucket, unaligned packet: general kernels too
   check<Q, __nv_bfloat16>(q, 9001, 2, 4, true);
+  check<Q, __nv_bfloat16>(q, 9001, 1, 0, false);  // input off its element's alignment: general
+  // Input off a 16-byte boundary by whole elements, packet aligned: the one-pass kernel's element
+  // loads (reduce-scatter's chunks of counts that are no multiple of 16 bytes).
+  check<Q, float>(q, 5000, 4, 0, true);
+  check<Q, __half>(q, 4097, 6, 0, false);
 }
 
 /// Decode into outputs that start off a 16-byte boundary by whole elements (an all_gather chunk of

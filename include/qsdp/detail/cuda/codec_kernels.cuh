@@ -275,12 +275,15 @@ __device__ QSDP_FORCE_INLINE void store_span_codes(std::byte* at, const std::uin
   }
 }
 
-/// Fast path: one pass, bucket = 2^log2_bucket values (64..4096), src and packet 16-byte aligned.
+/// Fast path: one pass, bucket = 2^log2_bucket values (64..4096), packet 16-byte aligned, src
+/// 16-byte aligned (SrcAligned: 16-byte loads) or at least aligned to its element (element loads,
+/// as a reduce-scatter's chunk of a count that is no multiple of 16 bytes needs; a separate
+/// instantiation, so that the aligned kernel carries none of them).
 /// A thread takes a span of 32 values (four groups) of one bucket: its values stay in registers
 /// from the 16-byte loads to the codes; the bucket's 2..128 threads reduce min/max/finite with warp
 /// shuffles (and shared memory across warps for buckets of 2048 and 4096), and each fits the
 /// metadata itself (no broadcast); the first writes it.
-template <class Q, class T>
+template <class Q, class T, bool SrcAligned>
 __global__ void __launch_bounds__(fast_encode_block)
     encode_spans_kernel(Q q, const T* __restrict__ src, std::size_t count,
                         std::byte* __restrict__ packet, packet_layout l, rng_source source,
@@ -301,7 +304,13 @@ __global__ void __launch_bounds__(fast_encode_block)
     unsigned n = 0;
     partial_stats p;
     if (first + span_values <= count) {
-      load_span_aligned(src + first, v);
+      if constexpr (SrcAligned) {
+        load_span_aligned(src + first, v);
+      } else {  // a chunk off a 16-byte boundary (whole elements): element by element
+        QSDP_UNROLL
+        for (unsigned k = 0; k < span_values; ++k)
+          v[k] = element_traits<T>::to_float(__ldg(src + first + k));
+      }
       n = span_values;
       QSDP_UNROLL
       for (unsigned k = 0; k < span_values; ++k) p.add(v[k]);
@@ -572,6 +581,9 @@ __global__ void __launch_bounds__(codec_block)
     // Zeros although the sinks fill the first n: the host compiler of tests/simt cannot see that.
     alignas(16) float a[group_values] = {};
     float v[group_values];
+#if !defined(__CUDA_ARCH__)  // nor that the decoders fill them (on the device it would cost spills)
+    for (unsigned k = 0; k < group_values; ++k) v[k] = 0.0f;
+#endif
     sink.begin(first, n, a);
     for (unsigned p = 0; p < packet_count; ++p) {
       const std::byte* packet = packets + p * packet_bytes;
