@@ -101,6 +101,12 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
   alignas(64) float draws[host_segment];
   alignas(64) std::uint32_t words[host_segment + 128];  // room for whole Philox groups
   alignas(64) float converted[fast && !std::is_same_v<T, float> ? host_segment : 1];
+#if QSDP_HOST_X86_DISPATCH
+  // The per-value draws of the whole call, generated ahead of the values (avx2::draw_stream).
+  [[maybe_unused]] std::conditional_t<fast && randomized_elements<Q>(), avx2::draw_stream, char>
+      draws_ahead;
+  if constexpr (fast && randomized_elements<Q>()) avx2::start_draw_stream(key, draws_ahead);
+#endif
 
   for (std::size_t b = 0; b < l.buckets; ++b) {
     const std::size_t begin = b * bucket_size;
@@ -152,7 +158,12 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
         }
         const code_grid grid = q.code_grid_for(m);
         if constexpr (randomized_elements<Q>()) {
-          avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words), out);
+          if (first % 8 == 0) {
+            avx2::encode_drawn_codes(values, k, grid, first / 8, draws_ahead, out);
+          } else {  // a segment that starts inside a Philox block (bucket size not a multiple of 8)
+            avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words),
+                                     out);
+          }
         } else {
           avx2::encode_codes<false>(values, k, grid, nullptr, out);
         }
