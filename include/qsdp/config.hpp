@@ -29,9 +29,9 @@
 #define QSDP_DEVICE_SPELLING 0
 #endif
 
-// Unrolling hints for nvcc (host and device passes); nothing for a host compiler, which would warn
-// about the pragma (tests/simt compiles the kernels with one).
-#if defined(__CUDACC__)
+// Unrolling hints for nvcc's device pass; nothing elsewhere: a host compiler, including the one
+// nvcc hands a __host__ __device__ function's host side to, would warn about the pragma.
+#if defined(__CUDA_ARCH__)
 #define QSDP_UNROLL _Pragma("unroll")
 #else
 #define QSDP_UNROLL
