@@ -792,7 +792,10 @@ __device__ QSDP_FORCE_INLINE void store_span_words(std::byte* out, const std::ui
   } else {
     const std::uint32_t previous_last = __shfl_up_sync(0xFFFFFFFFu, o[N - 1], 1);
     const unsigned lane = threadIdx.x % 32;
-    const bool run_end = lane == 31 || !__shfl_down_sync(0xFFFFFFFFu, active, 1);
+    // Every lane shuffles (a full-mask shuffle that lane 31 skipped, as `lane == 31 || ...` would,
+    // is undefined on the GPU and desynchronises the emulation's warp barriers).
+    const unsigned next_active = __shfl_down_sync(0xFFFFFFFFu, active ? 1u : 0u, 1);
+    const bool run_end = lane == 31 || next_active == 0;
     if (!active) return;
     const unsigned half = skew % 4;  // 0 or 2 bytes
     const unsigned shift = 32 - 8 * half;
