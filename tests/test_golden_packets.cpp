@@ -160,12 +160,15 @@ TEST_CASE("golden packets: every built-in policy and width writes the committed 
   // 31 policies and identity, 2 cases, 4 element types, a packet and its decoded values each.
   CHECK(committed.size() == 32 * 2 * 4 * 2);
 #endif
-  // Both host paths: the AVX2 loops (where the CPU has them) and the baseline loops.
-  for (const bool baseline : {false, true}) {
-    qsdp::detail::host_force_baseline = baseline;
+  // Every host path: the AVX-512 and AVX2 loops (where the CPU has them) and the baseline loops.
+  for (const int path : {0, 1, 2}) {
+    qsdp::detail::host_allow_avx512 = path == 0;
+    qsdp::detail::host_force_baseline = path == 2;
+    const std::string isa = qsdp::detail::host_codec_isa();
     const std::map<std::string, std::string> now = current_entries();
+    qsdp::detail::host_allow_avx512 = true;
     qsdp::detail::host_force_baseline = false;
-    INFO("host path: " << (baseline ? "baseline" : qsdp::detail::host_codec_isa()));
+    INFO("host path: " << isa);
     std::size_t compared = 0;
     for (const auto& entry : now) {  // not a structured binding: INFO captures it (clang 14)
       const std::string& key = entry.first;

@@ -70,6 +70,17 @@ QSDP_AVX2_INLINE std::uint32_t load1_float_bits(const void* src, std::size_t j) 
   }
 }
 
+/// The statistics of a run of floats from three reductions of their raw bits (see scan_values):
+/// s, the signed maximum; lo_bits and hi_bits, the unsigned minimum and maximum.
+inline partial_stats stats_from_extremes(std::int32_t s, std::uint32_t lo_bits,
+                                         std::uint32_t hi_bits) {
+  partial_stats p;
+  p.hi = s >= 0 ? s : ordered_key(lo_bits);
+  p.lo = hi_bits >= 0x80000000u ? ordered_key(hi_bits) : static_cast<std::int32_t>(lo_bits);
+  p.non_finite = (s >= 0x7F800000 || hi_bits >= 0xFF800000u) ? 1u : 0u;
+  return p;
+}
+
 /// The statistics of n floats (or bf16 values, Bf16 = true; any alignment): what partial_stats::add
 /// would give, in three integer reductions of the raw bits per vector instead of the
 /// order-preserving key's eight operations: the signed maximum, the unsigned minimum and the
@@ -122,9 +133,7 @@ QSDP_AVX2_LOOP partial_stats scan_values(const void* src, std::size_t n) {
       lo_bits = umin_lanes[k] < lo_bits ? umin_lanes[k] : lo_bits;
       hi_bits = umax_lanes[k] > hi_bits ? umax_lanes[k] : hi_bits;
     }
-    p.hi = s >= 0 ? s : ordered_key(lo_bits);
-    p.lo = hi_bits >= 0x80000000u ? ordered_key(hi_bits) : static_cast<std::int32_t>(lo_bits);
-    p.non_finite = (s >= 0x7F800000 || hi_bits >= 0xFF800000u) ? 1u : 0u;
+    p = stats_from_extremes(s, lo_bits, hi_bits);
   }
   for (j = vector_end; j < n; ++j) p.add(bit_cast<float>(load1_float_bits<Bf16>(src, j)));
   return p;
@@ -208,38 +217,55 @@ QSDP_AVX2_INLINE void philox_round(philox_lanes& s, __m256i k0, __m256i k1) {
   s.c3 = p0;
 }
 
-/// What the element domain's blocks of one call share: the ten rounds' keys, broadcast once, and
-/// the parts of the first two rounds that only involve counter words 2 and 3 (call, stream), which
-/// are the same for every block: word 2's first product and the xors of constants with constants.
-struct philox_schedule {
-  __m256i k0[10], k1[10];
-  __m256i first_p1;       // m1 * word 2, the full product: round 0's "lo" is its low half
-  __m256i first_c0_key;   // hi(m1 * word 2) ^ k0[0]
-  __m256i first_c2_key;   // word 3 ^ k1[0]
-  __m256i second_c0_key;  // lo(m1 * word 2) ^ k0[1]
+/// The element domain's Philox constants of one call (philox_schedule holds them broadcast): the
+/// ten rounds' keys, and the parts of the first two rounds that only involve counter words 2 and 3
+/// (call, stream), which are the same for every block: word 2's first product and the xors of
+/// constants with constants.
+struct philox_call_constants {
+  std::uint32_t k0[10], k1[10];
+  std::uint64_t first_p1;       // m1 * word 2, the full product: round 0's "lo" is its low half
+  std::uint32_t first_c0_key;   // hi(m1 * word 2) ^ k0[0]
+  std::uint32_t first_c2_key;   // word 3 ^ k1[0]
+  std::uint32_t second_c0_key;  // lo(m1 * word 2) ^ k0[1]
 };
 
-QSDP_AVX2_INLINE philox_schedule philox_element_schedule(const rng_key& key) {
-  philox_schedule s;
+inline philox_call_constants element_call_constants(const rng_key& key) {
+  philox_call_constants c;
   std::uint32_t k0 = static_cast<std::uint32_t>(key.seed),
                 k1 = static_cast<std::uint32_t>(key.seed >> 32);
   for (int round = 0; round < 10; ++round) {
-    s.k0[round] = _mm256_set1_epi64x(k0);
-    s.k1[round] = _mm256_set1_epi64x(k1);
+    c.k0[round] = k0;
+    c.k1[round] = k1;
     k0 += philox_w0;
     k1 += philox_w1;
   }
   const std::uint32_t word2 = static_cast<std::uint32_t>(key.call);
   const std::uint32_t word3 =
       (key.stream & 0x7FFFFFFFu) | (static_cast<std::uint32_t>(draw_domain::element) << 31);
-  const std::uint64_t p1 = static_cast<std::uint64_t>(philox_m1) * word2;
-  s.first_p1 = _mm256_set1_epi64x(static_cast<long long>(p1));
-  s.first_c0_key = _mm256_set1_epi64x(static_cast<std::uint32_t>(p1 >> 32) ^
-                                      static_cast<std::uint32_t>(key.seed));
-  s.first_c2_key = _mm256_set1_epi64x(word3 ^ static_cast<std::uint32_t>(key.seed >> 32));
-  s.second_c0_key =
-      _mm256_set1_epi64x(static_cast<std::uint32_t>(p1) ^
-                         static_cast<std::uint32_t>(key.seed + std::uint64_t{philox_w0}));
+  c.first_p1 = static_cast<std::uint64_t>(philox_m1) * word2;
+  c.first_c0_key = static_cast<std::uint32_t>(c.first_p1 >> 32) ^ c.k0[0];
+  c.first_c2_key = word3 ^ c.k1[0];
+  c.second_c0_key = static_cast<std::uint32_t>(c.first_p1) ^ c.k0[1];
+  return c;
+}
+
+/// philox_call_constants, each broadcast to the four lanes once per call.
+struct philox_schedule {
+  __m256i k0[10], k1[10];
+  __m256i first_p1, first_c0_key, first_c2_key, second_c0_key;
+};
+
+QSDP_AVX2_INLINE philox_schedule philox_element_schedule(const rng_key& key) {
+  const philox_call_constants c = element_call_constants(key);
+  philox_schedule s;
+  for (int round = 0; round < 10; ++round) {
+    s.k0[round] = _mm256_set1_epi64x(c.k0[round]);
+    s.k1[round] = _mm256_set1_epi64x(c.k1[round]);
+  }
+  s.first_p1 = _mm256_set1_epi64x(static_cast<long long>(c.first_p1));
+  s.first_c0_key = _mm256_set1_epi64x(c.first_c0_key);
+  s.first_c2_key = _mm256_set1_epi64x(c.first_c2_key);
+  s.second_c0_key = _mm256_set1_epi64x(c.second_c0_key);
   return s;
 }
 

@@ -32,6 +32,7 @@
 
 #if QSDP_HOST_X86_DISPATCH
 #include "avx2.hpp"
+#include "avx512.hpp"
 #endif
 
 namespace qsdp::detail {
@@ -71,6 +72,10 @@ QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain,
   }
 }
 
+/// Which hand-vectorized loops an encode or decode runs: none, AVX2+FMA, or AVX-512 for the
+/// per-value draws and codes of a stochastic encode (AVX2 for the rest).
+enum class host_isa { baseline, avx2, avx512 };
+
 /// Whether the hand-vectorized AVX2 loops serve policy Q (only compiled on x86-64).
 template <class Q>
 consteval bool avx2_kernels_for() {
@@ -81,9 +86,15 @@ consteval bool avx2_kernels_for() {
 #endif
 }
 
-/// Writes the header and every section of a quantized packet. Avx2: use the AVX2 loops for the
-/// built-in policies (the caller has checked the CPU and compiled this with the avx2 target).
-template <bool Avx2, class Q, class T>
+/// Whether the AVX-512 loops serve policy Q: the built-ins that draw a number per value.
+template <class Q>
+consteval bool avx512_kernels_for() {
+  return avx2_kernels_for<Q>() && randomized_elements<Q>();
+}
+
+/// Writes the header and every section of a quantized packet, with the loops of `Isa` for the
+/// built-in policies (the caller has checked the CPU and compiled this with Isa's target).
+template <host_isa Isa, class Q, class T>
 QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t count,
                                         std::byte* packet, const packet_layout& l,
                                         const rng_key& key) {
@@ -97,15 +108,22 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
   std::memset(packet + meta_end, 0, l.codes_offset - meta_end);  // padding and non-finite flags
 
   code_writer<B> codes(packet + l.codes_offset);
+  constexpr bool Avx2 = Isa != host_isa::baseline;
+  constexpr bool Avx512 = Isa == host_isa::avx512 && avx512_kernels_for<Q>();
   constexpr bool fast = Avx2 && avx2_kernels_for<Q>();
   alignas(64) float draws[host_segment];
   alignas(64) std::uint32_t words[host_segment + 128];  // room for whole Philox groups
   alignas(64) float converted[fast && !std::is_same_v<T, float> ? host_segment : 1];
 #if QSDP_HOST_X86_DISPATCH
   // The per-value draws of the whole call, generated ahead of the values (avx2::draw_stream).
-  [[maybe_unused]] std::conditional_t<fast && randomized_elements<Q>(), avx2::draw_stream, char>
+  using draw_stream = std::conditional_t<Avx512, avx512::draw_stream, avx2::draw_stream>;
+  [[maybe_unused]] std::conditional_t<fast && randomized_elements<Q>(), draw_stream, char>
       draws_ahead;
-  if constexpr (fast && randomized_elements<Q>()) avx2::start_draw_stream(key, draws_ahead);
+  if constexpr (Avx512) {
+    avx512::start_draw_stream(key, draws_ahead);
+  } else if constexpr (fast && randomized_elements<Q>()) {
+    avx2::start_draw_stream(key, draws_ahead);
+  }
 #endif
 
   for (std::size_t b = 0; b < l.buckets; ++b) {
@@ -113,7 +131,11 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
     const std::size_t n = std::min(bucket_size, count - begin);
     partial_stats stats;
 #if QSDP_HOST_X86_DISPATCH
-    if constexpr (Avx2 && std::is_same_v<T, float>) {
+    if constexpr (Avx512 && std::is_same_v<T, float>) {
+      stats = avx512::scan_values<false>(src + begin, n);
+    } else if constexpr (Avx512 && element_traits<T>::tag == element_type::bf16) {
+      stats = avx512::scan_values<true>(src + begin, n);
+    } else if constexpr (Avx2 && std::is_same_v<T, float>) {
       stats = avx2::scan_values<false>(src + begin, n);
     } else if constexpr (Avx2 && element_traits<T>::tag == element_type::bf16) {
       stats = avx2::scan_values<true>(src + begin, n);
@@ -158,11 +180,14 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
         }
         const code_grid grid = q.code_grid_for(m);
         if constexpr (randomized_elements<Q>()) {
-          if (first % 8 == 0) {
-            avx2::encode_drawn_codes(values, k, grid, first / 8, draws_ahead, out);
-          } else {  // a segment that starts inside a Philox block (bucket size not a multiple of 8)
+          if (first % 8 != 0) {  // a segment that starts inside a Philox block (bucket size not
+                                 // a multiple of 8)
             avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words),
                                      out);
+          } else if constexpr (Avx512) {
+            avx512::encode_drawn_codes(values, k, grid, first / 8, draws_ahead, out);
+          } else {
+            avx2::encode_drawn_codes(values, k, grid, first / 8, draws_ahead, out);
           }
         } else {
           avx2::encode_codes<false>(values, k, grid, nullptr, out);
@@ -296,29 +321,51 @@ inline bool host_cpu_has_avx2_fma() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return supported;
 }
+/// (libgcc's and compiler-rt's checks include the operating system's support for the registers.)
+inline bool host_cpu_has_avx512() {
+  static const bool supported = host_cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512dq") &&
+                                __builtin_cpu_supports("avx512vl");
+  return supported;
+}
 #endif
 
-/// Tests set this to run the baseline loops on a machine that has AVX2, to compare the two paths.
+/// Tests set this to run the baseline loops on a machine that has AVX2, to compare the paths.
 inline std::atomic<bool> host_force_baseline{false};
+/// Tests clear this to run the AVX2 loops on a machine that has AVX-512, to compare the paths.
+inline std::atomic<bool> host_allow_avx512{true};
 
 #if QSDP_HOST_X86_DISPATCH
 inline bool host_has_avx2_fma() {
   return !host_force_baseline.load(std::memory_order_relaxed) && host_cpu_has_avx2_fma();
 }
+inline bool host_has_avx512() {
+  return host_has_avx2_fma() && host_allow_avx512.load(std::memory_order_relaxed) &&
+         host_cpu_has_avx512();
+}
+#define QSDP_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"), flatten))
 #define QSDP_TARGET_AVX2 __attribute__((target("avx2,fma"), flatten))
 #define QSDP_TARGET_BASE __attribute__((flatten))
 
 template <class Q, class T>
+QSDP_TARGET_AVX512 void encode_quantized_avx512(const Q& q, const T* src, std::size_t count,
+                                                std::byte* packet, const packet_layout& l,
+                                                const rng_key& key) {
+  encode_quantized<host_isa::avx512>(q, src, count, packet, l, key);
+}
+template <class Q, class T>
 QSDP_TARGET_AVX2 void encode_quantized_avx2(const Q& q, const T* src, std::size_t count,
                                             std::byte* packet, const packet_layout& l,
                                             const rng_key& key) {
-  encode_quantized<true>(q, src, count, packet, l, key);
+  encode_quantized<host_isa::avx2>(q, src, count, packet, l, key);
 }
 template <class Q, class T>
 QSDP_TARGET_BASE void encode_quantized_base(const Q& q, const T* src, std::size_t count,
                                             std::byte* packet, const packet_layout& l,
                                             const rng_key& key) {
-  encode_quantized<false>(q, src, count, packet, l, key);
+  encode_quantized<host_isa::baseline>(q, src, count, packet, l, key);
 }
 template <class Q, class Sink>
 QSDP_TARGET_AVX2 void decode_quantized_avx2(const Q& q, const std::byte* packet,
@@ -332,11 +379,11 @@ QSDP_TARGET_BASE void decode_quantized_base(const Q& q, const std::byte* packet,
                                             std::size_t begin, std::size_t end, const Sink& sink) {
   decode_quantized<false>(q, packet, l, count, begin, end, sink);
 }
+#undef QSDP_TARGET_AVX512
 #undef QSDP_TARGET_AVX2
 #undef QSDP_TARGET_BASE
 #endif
 
-/// Which host code path runs: "avx2+fma" or "baseline" (reported by the benchmarks).
 /// dst[i] = T(src[i]) for n values with plain rounding (a sum that overflows T becomes inf): the
 /// last step of a reduction. Vectorized for bf16 where the CPU has AVX2; the same bits either way.
 template <class T>
@@ -357,8 +404,11 @@ inline void narrow_store(const float* src, std::size_t n, T* dst) {
   }
 }
 
+/// Which host code path runs (reported by the benchmarks): "avx512+avx2+fma" (AVX-512 for the
+/// stochastic encode's draws and codes), "avx2+fma" or "baseline".
 inline const char* host_codec_isa() {
 #if QSDP_HOST_X86_DISPATCH
+  if (host_has_avx512()) return "avx512+avx2+fma";
   return host_has_avx2_fma() ? "avx2+fma" : "baseline";
 #else
   return "baseline";
@@ -369,10 +419,16 @@ template <class Q, class T>
 void run_encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
                 const packet_layout& l, const rng_key& key) {
 #if QSDP_HOST_X86_DISPATCH
+  // AVX-512's stream of draws runs 64 values at a time; buckets of other sizes would restart it
+  // at every bucket and keep the AVX2 loops.
+  if constexpr (avx512_kernels_for<Q>()) {
+    if (q.bucket_size % 64 == 0 && host_has_avx512())
+      return encode_quantized_avx512(q, src, count, packet, l, key);
+  }
   if (host_has_avx2_fma()) return encode_quantized_avx2(q, src, count, packet, l, key);
   return encode_quantized_base(q, src, count, packet, l, key);
 #else
-  encode_quantized<false>(q, src, count, packet, l, key);
+  encode_quantized<host_isa::baseline>(q, src, count, packet, l, key);
 #endif
 }
 

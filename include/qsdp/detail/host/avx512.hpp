@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// AVX-512 loops for the stochastic encode on x86-64 CPUs that have AVX-512 F, BW, DQ and VL. With
+// AVX2 that encode is bound by its vector instructions, not by memory (bench/results/
+// 2026-12-01-host-codec.md: about 5.6 per value on three ports): Philox needs two 32-bit high
+// multiplies per round and AVX2 has none, and the exact double-precision arithmetic runs four
+// values per instruction. Here Philox runs eight blocks per instruction with the two xors of a
+// round in one vpternlogq, the arithmetic eight values per instruction, and the truncation to a
+// code is one addition of 2^52 rounded toward zero (embedded rounding) instead of a two-part
+// conversion and the packs.
+//
+// The IEEE operations are the grids' (detail/codec/grid.hpp: grid_code), in the same order, so
+// the packets are the AVX2 loops' and the baseline's bit for bit; tests/test_quantizers.cpp
+// compares all three paths. Only the per-value draws and the codes are done here; the statistics,
+// the fits and the packing stay with the caller (detail/host/loops.hpp).
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../codec/grid.hpp"
+#include "../codec/philox.hpp"
+#include "../codec/statistics.hpp"
+#include "avx2.hpp"
+
+#define QSDP_AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"
+#define QSDP_AVX512_INLINE inline __attribute__((always_inline, target(QSDP_AVX512_TARGET)))
+#define QSDP_AVX512_LOOP inline __attribute__((target(QSDP_AVX512_TARGET)))
+#if defined(__CUDACC__)
+#define QSDP_AVX512_UNROLL_8                                                             \
+  _Pragma("nv_diagnostic push") _Pragma("nv_diag_suppress 1675") _Pragma("GCC unroll 8") \
+      _Pragma("nv_diagnostic pop")
+#else
+#define QSDP_AVX512_UNROLL_8 _Pragma("GCC unroll 8")
+#endif
+
+// g++ 12's AVX-512 intrinsics pass an uninitialized vector as the unused merge source of their
+// all-ones masks, which -Wmaybe-uninitialized reports wherever they are inlined (GCC bug 105593,
+// fixed in g++ 13). The warning is about the compiler's header, not about this code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace qsdp::detail::avx512 {
+
+/// Sixteen values as float bits (bf16 widened exactly, as avx2::load8_float_bits).
+template <bool Bf16>
+QSDP_AVX512_INLINE __m512i load16_float_bits(const void* src, std::size_t j) {
+  if constexpr (Bf16) {
+    const __m256i halves = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + j));
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16);
+  } else {
+    return _mm512_loadu_si512(static_cast<const float*>(src) + j);
+  }
+}
+
+/// avx2::scan_values sixteen values per instruction: the same three reductions of the raw bits.
+template <bool Bf16>
+QSDP_AVX512_LOOP partial_stats scan_values(const void* src, std::size_t n) {
+  __m512i smax0 = _mm512_set1_epi32(-0x7FFFFFFF - 1), smax1 = smax0;
+  __m512i umin0 = _mm512_set1_epi32(-1), umin1 = umin0;
+  __m512i umax0 = _mm512_setzero_si512(), umax1 = umax0;
+  const std::size_t vector_end = n - n % 16;
+  std::size_t j = 0;
+  if (vector_end % 32 != 0) {
+    const __m512i a = load16_float_bits<Bf16>(src, 0);
+    smax0 = _mm512_max_epi32(smax0, a);
+    umin0 = _mm512_min_epu32(umin0, a);
+    umax0 = _mm512_max_epu32(umax0, a);
+    j = 16;
+  }
+  for (; j < vector_end; j += 32) {
+    const __m512i a = load16_float_bits<Bf16>(src, j), b = load16_float_bits<Bf16>(src, j + 16);
+    smax0 = _mm512_max_epi32(smax0, a);
+    umin0 = _mm512_min_epu32(umin0, a);
+    umax0 = _mm512_max_epu32(umax0, a);
+    smax1 = _mm512_max_epi32(smax1, b);
+    umin1 = _mm512_min_epu32(umin1, b);
+    umax1 = _mm512_max_epu32(umax1, b);
+  }
+  partial_stats p;
+  if (vector_end > 0) {
+    p = avx2::stats_from_extremes(
+        _mm512_reduce_max_epi32(_mm512_max_epi32(smax0, smax1)),
+        static_cast<std::uint32_t>(_mm512_reduce_min_epu32(_mm512_min_epu32(umin0, umin1))),
+        static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(umax0, umax1))));
+  }
+  for (j = vector_end; j < n; ++j) p.add(bit_cast<float>(avx2::load1_float_bits<Bf16>(src, j)));
+  return p;
+}
+
+/// Eight Philox states, one block per 64-bit lane, laid out as avx2::philox_lanes.
+struct philox_lanes {
+  __m512i c0, c1, c2, c3;
+};
+
+/// avx2::philox_call_constants, broadcast to eight lanes.
+struct philox_schedule {
+  __m512i k0[10], k1[10];
+  __m512i first_p1, first_c0_key, first_c2_key, second_c0_key;
+};
+
+QSDP_AVX512_INLINE philox_schedule philox_element_schedule(const rng_key& key) {
+  const avx2::philox_call_constants c = avx2::element_call_constants(key);
+  philox_schedule s;
+  for (int round = 0; round < 10; ++round) {
+    s.k0[round] = _mm512_set1_epi64(c.k0[round]);
+    s.k1[round] = _mm512_set1_epi64(c.k1[round]);
+  }
+  s.first_p1 = _mm512_set1_epi64(static_cast<long long>(c.first_p1));
+  s.first_c0_key = _mm512_set1_epi64(c.first_c0_key);
+  s.first_c2_key = _mm512_set1_epi64(c.first_c2_key);
+  s.second_c0_key = _mm512_set1_epi64(c.second_c0_key);
+  return s;
+}
+
+QSDP_AVX512_INLINE __m512i xor3(__m512i a, __m512i b, __m512i c) {
+  return _mm512_ternarylogic_epi64(a, b, c, 0x96);
+}
+
+/// One round (avx2::philox_round), the two xors of each new word in one instruction.
+QSDP_AVX512_INLINE void philox_round(philox_lanes& s, __m512i k0, __m512i k1) {
+  const __m512i p0 = _mm512_mul_epu32(s.c0, _mm512_set1_epi64(philox_m0));
+  const __m512i p1 = _mm512_mul_epu32(s.c2, _mm512_set1_epi64(philox_m1));
+  s.c0 = xor3(_mm512_srli_epi64(p1, 32), s.c1, k0);
+  s.c1 = p1;
+  s.c2 = xor3(_mm512_srli_epi64(p0, 32), s.c3, k1);
+  s.c3 = p0;
+}
+
+/// Rounds 0 and 1 of the element-domain blocks whose indices `blocks` holds, one per lane
+/// (avx2::philox_first_rounds: the operations whose operands are all constant are left out).
+QSDP_AVX512_INLINE philox_lanes philox_first_rounds(const philox_schedule& s, __m512i blocks) {
+  __m512i p0 = _mm512_mul_epu32(blocks, _mm512_set1_epi64(philox_m0));
+  philox_lanes r{_mm512_xor_si512(_mm512_srli_epi64(blocks, 32), s.first_c0_key), s.first_p1,
+                 _mm512_xor_si512(_mm512_srli_epi64(p0, 32), s.first_c2_key), p0};
+  p0 = _mm512_mul_epu32(r.c0, _mm512_set1_epi64(philox_m0));
+  const __m512i p1 = _mm512_mul_epu32(r.c2, _mm512_set1_epi64(philox_m1));
+  r.c0 = _mm512_xor_si512(_mm512_srli_epi64(p1, 32), s.second_c0_key);
+  r.c1 = p1;
+  r.c2 = xor3(_mm512_srli_epi64(p0, 32), r.c3, s.k1[1]);
+  r.c3 = p0;
+  return r;
+}
+
+QSDP_AVX512_INLINE philox_lanes philox_eight(const philox_schedule& s, __m512i blocks) {
+  philox_lanes r = philox_first_rounds(s, blocks);
+  QSDP_AVX512_UNROLL_8
+  for (int round = 2; round < 10; ++round) philox_round(r, s.k0[round], s.k1[round]);
+  return r;
+}
+
+/// Block indices first .. first + 7, one per lane.
+QSDP_AVX512_INLINE __m512i block_lanes(std::uint64_t first) {
+  return _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(first)),
+                          _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// Stores the eight blocks' words in index order (block 0 words 0..3, block 1 words 0..3, ...):
+/// then the 16-bit halves are the draws of the group's 64 values in value order, as
+/// rng_key::value_uniform reads them.
+QSDP_AVX512_INLINE void philox_store(const philox_lanes& s, std::uint16_t* halves) {
+  // Each lane's word is its low half: pair words 0-1 and 2-3 of each block into one 64-bit lane...
+  const __m512i low_halves =
+      _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  const __m512i w01 = _mm512_permutex2var_epi32(s.c0, low_halves, s.c1);
+  const __m512i w23 = _mm512_permutex2var_epi32(s.c2, low_halves, s.c3);
+  // ... and interleave the pairs: blocks 0-3, then 4-7.
+  const __m512i first =
+      _mm512_permutex2var_epi64(w01, _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), w23);
+  const __m512i second =
+      _mm512_permutex2var_epi64(w01, _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), w23);
+  _mm512_store_si512(halves, first);
+  _mm512_store_si512(halves + 32, second);
+}
+
+/// The grid's constants, broadcast.
+struct grid_lanes {
+  __m512d origin, inverse_step, top;
+};
+
+/// The codes of eight floats (grid_code<true>), each in the low byte of its 64-bit lane (the rest
+/// of the lane holds 2^52's bits). Same operations as avx2::encode4 and halves_to_uniform, then the
+/// clamp as clamp_d spells it (max(t, 0) gives 0 for NaN, as t > 0 ? t : 0 does), and the
+/// truncation as an addition of 2^52 rounded toward zero: for c in [0, top], top < 2^31, the sum
+/// 2^52 + trunc(c) is exact and its low 32 bits are trunc(c).
+QSDP_AVX512_INLINE __m512i encode8(const float* x, const grid_lanes& g, const std::uint16_t* h) {
+  const __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x)), g.origin);
+  const __m512i wide = _mm512_cvtepu16_epi64(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+  const __m512d shifted =
+      _mm512_castsi512_pd(_mm512_or_si512(wide, _mm512_set1_epi64(0x4330000000000000)));
+  const __m512d u =
+      _mm512_fmadd_pd(shifted, _mm512_set1_pd(0x1p-16), _mm512_set1_pd(0x1p-17 - 0x1p36));
+  const __m512d t = _mm512_fmadd_pd(d, g.inverse_step, u);
+  const __m512d c = _mm512_min_pd(_mm512_max_pd(t, _mm512_setzero_pd()), g.top);
+  return _mm512_castpd_si512(
+      _mm512_add_round_pd(c, _mm512_set1_pd(0x1p52), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+}
+
+/// Sixty-four codes (the low bytes of z[0..7]'s lanes, values in order) as bytes. The packs work
+/// within 128-bit lanes, so their output holds the values' groups of four transposed; one dword
+/// permute puts them back.
+QSDP_AVX512_INLINE void store64_codes(const __m512i (&z)[8], std::uint8_t* out) {
+  const __m512i low_halves =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  __m512i d[4];  // d[k]: the codes of values 16k .. 16k + 15, one per dword
+  for (int k = 0; k < 4; ++k) d[k] = _mm512_permutex2var_epi32(z[2 * k], low_halves, z[2 * k + 1]);
+  // Codes are 0..255: the saturating packs are exact. Dword 4L + t of `bytes` then holds values
+  // 16t + 4L .. 16t + 4L + 3, which belong in dword 4t + L.
+  const __m512i bytes =
+      _mm512_packus_epi16(_mm512_packus_epi32(d[0], d[1]), _mm512_packus_epi32(d[2], d[3]));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+}
+
+/// How far ahead the loop prefetches (avx2::prefetch_distance).
+inline constexpr std::size_t prefetch_distance = avx2::prefetch_distance;
+
+/// The per-value draws of one encode call, two groups of eight Philox blocks (64 values each)
+/// ahead of the values being encoded, as avx2::draw_stream: the group two ahead is generated one
+/// round per eight values while the current group is encoded, so the rounds' chain of dependent
+/// multiplies does not stall the loop.
+struct draw_stream {
+  philox_schedule schedule;
+  alignas(64) std::uint16_t halves[2][64];  // two groups, philox_store's layout
+  // The first block of the group in halves[slot]; ~0: none.
+  std::uint64_t block = ~std::uint64_t{0};
+  unsigned slot = 0;
+};
+
+QSDP_AVX512_LOOP void start_draw_stream(const rng_key& key, draw_stream& d) {
+  d.schedule = philox_element_schedule(key);
+  d.block = ~std::uint64_t{0};
+}
+
+/// Codes of n floats on grid g, each rounded with its own 16-bit draw from `d`; the values start
+/// at value index 8 * first_block. avx2::encode_drawn_codes, 64 values per step.
+QSDP_AVX512_LOOP void encode_drawn_codes(const float* x, std::size_t n, const code_grid& grid,
+                                         std::uint64_t first_block, draw_stream& d,
+                                         std::uint8_t* out) {
+  if (n == 0) return;
+  if (d.block != first_block) {
+    philox_store(philox_eight(d.schedule, block_lanes(first_block)), d.halves[0]);
+    philox_store(philox_eight(d.schedule, block_lanes(first_block + 8)), d.halves[1]);
+    d.slot = 0;
+  }
+  const grid_lanes g{_mm512_set1_pd(grid.origin), _mm512_set1_pd(grid.inverse_step),
+                     _mm512_set1_pd(grid.top)};
+  const std::size_t whole = n / 64;
+  unsigned slot = d.slot;
+  __m512i blocks = block_lanes(first_block + 16);  // the group two ahead
+  for (std::size_t c = 0; c < whole; ++c, slot ^= 1u) {
+    const float* in = x + 64 * c;
+    const std::uint16_t* halves = d.halves[slot];
+    for (int line = 0; line < 4; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(in + 16 * line + prefetch_distance), _MM_HINT_T0);
+    philox_lanes next = philox_first_rounds(d.schedule, blocks);
+    __m512i z[8];
+    QSDP_AVX512_UNROLL_8
+    for (int s = 0; s < 8; ++s) {
+      philox_round(next, d.schedule.k0[s + 2], d.schedule.k1[s + 2]);
+      z[s] = encode8(in + 8 * s, g, halves + 8 * s);
+    }
+    store64_codes(z, out + 64 * c);
+    philox_store(next, d.halves[slot]);
+    blocks = _mm512_add_epi64(blocks, _mm512_set1_epi64(8));
+  }
+  const std::size_t last = 64 * whole;
+  if (last == n) {  // the stream goes on at the next block
+    d.block = first_block + 8 * whole;
+    d.slot = slot;
+    return;
+  }
+  // A part of a group: its other values are not the next segment's, so the stream stops here.
+  const std::uint16_t* halves = d.halves[slot];
+  for (std::size_t v = 0; v < n - last; ++v) {
+    float value;  // the caller's buffer may sit at any byte offset
+    std::memcpy(&value, x + last + v, sizeof value);
+    out[last + v] =
+        static_cast<std::uint8_t>(grid_code<true>(grid, value, uniform_from_half(halves[v])));
+  }
+  d.block = ~std::uint64_t{0};
+}
+
+}  // namespace qsdp::detail::avx512
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#undef QSDP_AVX512_TARGET
+#undef QSDP_AVX512_INLINE
+#undef QSDP_AVX512_LOOP
+#undef QSDP_AVX512_UNROLL_8
+
+#endif
