@@ -97,8 +97,9 @@ float to_float(T value);
 template <class T>
 T from_float(float value);
 
-/// Which host loops run: "avx2+fma" (x86-64 with AVX2 and FMA, picked at run time) or "baseline".
-/// Both write bit-identical packets.
+/// Which host loops run, picked at run time: "avx512+avx2+fma" (x86-64 with AVX-512 F/BW/DQ/VL,
+/// which serves the stochastic encode, and AVX2 and FMA for the rest), "avx2+fma" or "baseline".
+/// All write bit-identical packets.
 inline const char* host_codec_isa();
 
 #if defined(__CUDACC__)
