@@ -96,12 +96,18 @@ void check(const Q& q, std::size_t count, std::size_t src_offset, std::size_t pa
 
 /// Reduce-scatter's fused decode over `world` packets against the host's decode_accumulate + avg.
 template <class Q, class T>
-void check_reduce(const Q& q, std::size_t count, int world, std::size_t out_offset = 0) {
+void check_reduce(const Q& q, std::size_t count, int world, std::size_t out_offset = 0,
+                  bool non_finite = false) {
   const std::size_t bytes = qsdp::compressed_size<T>(q, count);
   buffer packets(bytes * static_cast<std::size_t>(world), 0);
   for (int r = 0; r < world; ++r) {
-    const std::vector<T> x = qsdp_test::convert<T>(qsdp_test::make_data(
-        qsdp_test::distribution::normal, count, 50 + static_cast<std::uint32_t>(r)));
+    std::vector<float> values = qsdp_test::make_data(qsdp_test::distribution::normal, count,
+                                                     50 + static_cast<std::uint32_t>(r));
+    // Rank 1's bucket holding a NaN and rank 2's holding -inf decode to NaN: the spans that hold
+    // them take the value-by-value conversion, which must keep the host's NaN bits.
+    if (non_finite && r == 1) values[count / 3] = NAN;
+    if (non_finite && r == 2) values[count / 2] = -INFINITY;
+    const std::vector<T> x = qsdp_test::convert<T>(values);
     qsdp::encode(q, x.data(), count, packets.get() + static_cast<std::size_t>(r) * bytes,
                  qsdp::rng_position{.call = 2, .stream = static_cast<std::uint32_t>(r)});
   }
@@ -114,13 +120,16 @@ void check_reduce(const Q& q, std::size_t count, int world, std::size_t out_offs
                       qsdp::detail::expectation_for<T>(q, count), 0, &failure,
                       cuda::reduce_sink<T>{dst, out_offset == 0, true, static_cast<float>(world)},
                       cudaStream_t{}, "simt");
-  std::size_t differing = 0;
+  std::size_t differing = 0, nan = 0;
   for (std::size_t i = 0; i < count; ++i) {
     const T want = qsdp::detail::element_traits<T>::from_float(acc[i] / static_cast<float>(world));
-    differing += !same_value(want, dst[i]);
+    differing +=
+        non_finite ? std::memcmp(&want, &dst[i], sizeof(T)) != 0 : !same_value(want, dst[i]);
+    nan += std::isnan(qsdp_test::to_f(dst[i]));
   }
   INFO(qsdp::policy_name<Q>() << " count " << count << " world " << world);
   CHECK(differing == 0);
+  CHECK(nan == (non_finite ? 2 * q.bucket_size : 0));
   CHECK(failure.ready == 0);
 }
 
@@ -194,6 +203,8 @@ TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host"
   check_reduce<qsdp::uniform<4>, __nv_bfloat16>(qsdp::uniform<4>{}, 9000, 8);   // shuffled table
   check_reduce<qsdp::stochastic<8>, float>(qsdp::stochastic<8>{}, 5000, 2, 8);  // skewed output
   check_reduce<qsdp::uniform<2>, __nv_bfloat16>(qsdp::uniform<2>{}, 7000, 4, 6);
+  check_reduce<qsdp::uniform<4>, __nv_bfloat16>(qsdp::uniform<4>{}, 9000, 4, 0, true);
+  check_reduce<qsdp::stochastic<8>, __nv_bfloat16>(qsdp::stochastic<8>{}, 9000, 3, 0, true);
 }
 
 /// decode_accumulate of three packets (buckets 1 and 3 of the second flagged) against the host's.

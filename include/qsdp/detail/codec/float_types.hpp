@@ -78,6 +78,28 @@ QSDP_HOST_DEVICE constexpr std::uint16_t float_to_bf16_bits(float f) {
   return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+/// Two floats as a pair of bf16 patterns (lo in the low half): float_to_bf16_bits of each, except
+/// that a NaN becomes some NaN. On the device one cvt.rn.bf16x2.f32, round to nearest even like
+/// the integer steps for every finite value and infinity, instead of seven integer instructions
+/// per value; its NaN is the canonical one, so callers that must keep a NaN's sign and payload
+/// convert again where the result holds a NaN.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t bf16_pair_bits_rn(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && QSDP_HAS_CUDA_HALF
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  std::uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+#elif QSDP_DEVICE_SPELLING
+  // The SIMT emulation: cvt.rn.bf16x2.f32 as PTX defines it, a NaN becoming the canonical 0x7FFF.
+  const auto one = [](float v) -> std::uint32_t {
+    return v != v ? 0x7FFFu : float_to_bf16_bits(v);
+  };
+  return one(lo) | one(hi) << 16;
+#else
+  return float_to_bf16_bits(lo) | static_cast<std::uint32_t>(float_to_bf16_bits(hi)) << 16;
+#endif
+}
+
 /// Per-type facts: the wire tag, conversions, and the largest finite value (for saturation).
 template <class T>
 struct element_traits;
@@ -131,6 +153,23 @@ concept element = requires {
   element_traits<std::remove_cv_t<T>>::tag;
 };
 
+/// The clamp of saturating_from_float: a finite v beyond T's largest finite value becomes that
+/// value; infinities and NaN pass through unchanged.
+template <class T>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float saturate_to(float v) {
+  constexpr float limit = element_traits<T>::max_finite;
+  constexpr float float_max = 3.40282347e38f;
+#if QSDP_DEVICE_SPELLING
+  // The same function in four instructions: clamp, unless v is inf or NaN (|NaN| <= max is
+  // false, and fmaxf would have turned NaN into -limit).
+  const float clamped = fminf(fmaxf(v, -limit), limit);
+  return fabsf(v) <= float_max ? clamped : v;
+#else
+  v = (v > limit && v <= float_max) ? limit : v;
+  return (v < -limit && v >= -float_max) ? -limit : v;
+#endif
+}
+
 /// Narrow a decoded float to T without letting a finite value become inf (a quantization grid may
 /// reach a little past the input's largest value). Infinities and NaN pass through unchanged.
 template <class T>
@@ -138,18 +177,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE T saturating_from_float(float v) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     return v;  // nothing to narrow
   } else {
-    constexpr float limit = element_traits<T>::max_finite;
-    constexpr float float_max = 3.40282347e38f;
-#if QSDP_DEVICE_SPELLING
-    // The same function in four instructions: clamp, unless v is inf or NaN (|NaN| <= max is
-    // false, and fmaxf would have turned NaN into -limit).
-    const float clamped = fminf(fmaxf(v, -limit), limit);
-    v = fabsf(v) <= float_max ? clamped : v;
-#else
-    v = (v > limit && v <= float_max) ? limit : v;
-    v = (v < -limit && v >= -float_max) ? -limit : v;
-#endif
-    return element_traits<T>::from_float(v);
+    return element_traits<T>::from_float(saturate_to<T>(v));
   }
 }
 

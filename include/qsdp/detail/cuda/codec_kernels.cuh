@@ -736,25 +736,55 @@ __device__ QSDP_FORCE_INLINE float shuffled_entry(const Q& q, const std::byte* p
                   load_meta_aligned<typename Q::meta_type>(packet, l, b));
 }
 
-/// Span s's 32 code words' shuffles of `entry` (a float, or T's bit pattern).
-template <int B, class E>
+/// Span s's 32 code words' shuffles of `entry` (a float, or T's bit pattern), value k handed to
+/// take(k, value) as it arrives: a sum takes it at once, so no array of 32 shuffled values is
+/// live at the same time as the sums (which cost register moves in the 8-packet reduce).
+template <int B, class E, class Take>
 __device__ QSDP_FORCE_INLINE void shuffle_span(const std::byte* packet, const packet_layout& l,
-                                               std::uint64_t s, int width, E entry,
-                                               E (&v)[span_values]) {
+                                               std::uint64_t s, int width, E entry, Take&& take) {
+  static_assert(sizeof(E) == 4);
   std::uint32_t w[B];
   load_words(packet + l.codes_offset + s * (4 * B), w);
+  const auto bits = detail::bit_cast<std::uint32_t>(entry);
+  // The shuffle's segment operand for `width` (as __shfl_sync computes it), once: with a run-time
+  // width nvcc compiled the 32 shuffles twice, for 16 and 32 lanes, and moved registers between
+  // the two versions (18 moves per packet of the 8-packet reduce).
+  const unsigned segment = ((32u - static_cast<unsigned>(width)) << 8) | 0x1Fu;
   QSDP_UNROLL
-  for (unsigned k = 0; k < span_values; ++k)
-    v[k] = __shfl_sync(0xFFFFFFFFu, entry, static_cast<int>(w[k * B / 32] >> (k * B % 32)), width);
+  for (unsigned k = 0; k < span_values; ++k) {
+    const unsigned source = w[k * B / 32] >> (k * B % 32);
+#if defined(__CUDA_ARCH__)
+    std::uint32_t value;
+    asm("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
+        : "=r"(value)
+        : "r"(bits), "r"(source), "r"(segment));
+#else
+    (void)segment;
+    const std::uint32_t value = __shfl_sync(0xFFFFFFFFu, bits, static_cast<int>(source), width);
+#endif
+    take(k, detail::bit_cast<E>(value));
+  }
 }
 
-template <class Q>
-__device__ QSDP_FORCE_INLINE void decode_span_shuffled(const Q& q, const std::byte* packet,
-                                                       const packet_layout& l, std::uint64_t s,
-                                                       int log2_bucket, bool ok,
-                                                       float (&v)[span_values]) {
+/// Folds one packet's value in: the store sink takes it as it is (0 + -0 would be +0), the others
+/// add in packet order.
+template <class Sink>
+__device__ QSDP_FORCE_INLINE void fold_value(float& a, float v) {
+  if constexpr (Sink::adds)
+    a = a + v;
+  else
+    a = v;
+}
+
+/// Span s of one packet through the shuffled table, folded into `a` (fold_value).
+template <class Sink, class Q>
+__device__ QSDP_FORCE_INLINE void add_span_shuffled(const Q& q, const std::byte* packet,
+                                                    const packet_layout& l, std::uint64_t s,
+                                                    int log2_bucket, bool ok,
+                                                    float (&a)[span_values]) {
   shuffle_span<Q::bits>(packet, l, s, shuffled_lanes(log2_bucket),
-                        shuffled_entry(q, packet, l, s, log2_bucket, ok), v);
+                        shuffled_entry(q, packet, l, s, log2_bucket, ok),
+                        [&](unsigned k, float value) { fold_value<Sink>(a[k], value); });
 }
 
 /// (hi:lo) >> shift, low 32 bits, for shift 16 or 32 (then hi).
@@ -823,12 +853,35 @@ __device__ QSDP_FORCE_INLINE void decode_span_shuffled_into(const Q& q, const st
   std::uint16_t pattern;
   memcpy(&pattern, static_cast<const void*>(&t), 2);
   std::uint32_t v[span_values];
-  shuffle_span<Q::bits>(packet, l, s, shuffled_lanes(log2_bucket), std::uint32_t{pattern}, v);
+  shuffle_span<Q::bits>(packet, l, s, shuffled_lanes(log2_bucket), std::uint32_t{pattern},
+                        [&](unsigned k, std::uint32_t value) { v[k] = value; });
   std::uint32_t pairs[span_values / 2];
   QSDP_UNROLL
   for (unsigned i = 0; i < span_values; i += 2) pairs[i / 2] = v[i] | v[i + 1] << 16;
   store_span_words<Skewed>(reinterpret_cast<std::byte*>(dst + s * span_values), pairs, skew,
                            active);
+}
+
+/// Whether any half of N packed bf16 pairs is a NaN. On the device a NaN-propagating minimum over
+/// the pairs, one instruction per pair, and one test at the end.
+template <unsigned N>
+__device__ QSDP_FORCE_INLINE bool bf16_pairs_have_nan(const std::uint32_t (&pairs)[N]) {
+#if defined(__CUDA_ARCH__)
+  const auto pair = [&](unsigned i) {  // (__nv_bfloat162 is not trivially copyable)
+    __nv_bfloat162 p;
+    memcpy(&p, &pairs[i], sizeof p);
+    return p;
+  };
+  __nv_bfloat162 least = pair(0);
+  QSDP_UNROLL
+  for (unsigned i = 1; i < N; ++i) least = __hmin2_nan(least, pair(i));
+  return __hisnan(least.x) || __hisnan(least.y);
+#else
+  bool nan = false;
+  for (unsigned i = 0; i < N; ++i)
+    nan = nan || (pairs[i] & 0x7FFFu) > 0x7F80u || (pairs[i] >> 16 & 0x7FFFu) > 0x7F80u;
+  return nan;
+#endif
 }
 
 /// 32 values of T from 32 floats (T's own rounding, `saturate` or plain), stored by
@@ -845,6 +898,20 @@ __device__ QSDP_FORCE_INLINE void store_span(T* dst, std::uint64_t first,
     store_span_words<Skewed>(out, words, skew, active);
   } else {
     std::uint32_t pairs[span_values / 2];
+    if constexpr (element_traits<T>::tag == element_type::bf16) {
+      // The paired conversion, exact for everything but NaN (bf16_pair_bits_rn); a span
+      // holding a NaN is converted again, value by value, below.
+      QSDP_UNROLL
+      for (unsigned i = 0; i < span_values; i += 2) {
+        const float lo = Saturate ? saturate_to<T>(a[i]) : a[i];
+        const float hi = Saturate ? saturate_to<T>(a[i + 1]) : a[i + 1];
+        pairs[i / 2] = bf16_pair_bits_rn(lo, hi);
+      }
+      if (!bf16_pairs_have_nan(pairs)) {
+        store_span_words<Skewed>(out, pairs, skew, active);
+        return;
+      }
+    }
     QSDP_UNROLL
     for (unsigned i = 0; i < span_values; i += 2) {
       const T lo = Saturate ? saturating_from_float<T>(a[i]) : element_traits<T>::from_float(a[i]);
@@ -917,18 +984,12 @@ inline constexpr bool stores_16_bit = false;
 template <class T>
 inline constexpr bool stores_16_bit<store_sink<T>> = sizeof(T) == 2;
 
-/// Folds one packet's values in: the store sink takes them as they are (0 + -0 would be +0), the
-/// others add in packet order.
+/// Folds one packet's 32 values in (fold_value).
 template <class Sink>
 __device__ QSDP_FORCE_INLINE void span_add(const Sink&, float (&a)[span_values],
                                            const float (&v)[span_values]) {
   QSDP_UNROLL
-  for (unsigned k = 0; k < span_values; ++k) {
-    if constexpr (Sink::adds)
-      a[k] = a[k] + v[k];
-    else
-      a[k] = v[k];
-  }
+  for (unsigned k = 0; k < span_values; ++k) fold_value<Sink>(a[k], v[k]);
 }
 
 /// Decodes the first `spans` spans of `packet_count` packets into the sink (see the section
@@ -949,13 +1010,19 @@ __global__ void __launch_bounds__(codec_block)
     } else {
       float a[span_values];
       span_begin<Skewed>(sink, s * span_values, a);
-      for (unsigned p = 0; p < packet_count; ++p) {
-        float v[span_values];
-        if constexpr (Shuffled)
-          decode_span_shuffled(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
-        else
+      const auto fold_packet = [&](unsigned p) {
+        if constexpr (Shuffled) {
+          add_span_shuffled<Sink>(q, packets + p * packet_bytes, l, s, log2_bucket, ok, a);
+        } else {
+          float v[span_values];
           decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
-        span_add(sink, a, v);
+          span_add(sink, a, v);
+        }
+      };
+      if constexpr (Sink::adds) {
+        for (unsigned p = 0; p < packet_count; ++p) fold_packet(p);
+      } else {  // a store keeps the last packet's values (decode has one): no loop for nvcc to peel
+        fold_packet(packet_count - 1);
       }
       span_end<Skewed>(sink, s * span_values, a, skew, active);
     }
