@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
+#include <utility>
 
 #include "support.hpp"
 
@@ -219,5 +225,220 @@ TEST_CASE(
   check_paths_agree<__nv_bfloat16>("__nv_bfloat16");
 #endif
 }
+
+namespace {
+
+/// grid_code without its clamp: what a loop computes where grid_clamp_is_idle lets it.
+std::uint32_t unclamped_code(const qsdp::detail::code_grid& g, float x, double u) {
+  const double t = qsdp::detail::fma_d(static_cast<double>(x) - g.origin, g.inverse_step, u);
+  return t >= 0.0 && t < 4294967296.0 ? static_cast<std::uint32_t>(t) : 0xFFFFFFFFu;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "grid_clamp_is_idle: where it says so, the unclamped code is grid_code's, edges included") {
+  using namespace qsdp::detail;
+  const double u_lo = uniform_from_half(0), u_hi = uniform_from_half(0xFFFF);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int idle_fitted = 0, idle = 0, busy = 0, busy_seen_acting = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    // A bucket's range at scales from denormal to near FLT_MAX, and sometimes a single value.
+    const float scale = std::ldexp(1.0f, static_cast<int>(unit(rng) * 250.0) - 140);
+    float lo = static_cast<float>((unit(rng) - 0.7) * scale);
+    float hi = trial % 10 == 0 ? lo : static_cast<float>(lo + unit(rng) * scale);
+    if (!(hi >= lo) || !std::isfinite(hi)) continue;
+    const int bits = trial % 3 == 0 ? 8 : trial % 3 == 1 ? 4 : 2;
+    const double levels = double((1u << bits) - 1u);
+    code_grid g = range_code_grid(lo, hi, levels, 0.5, levels);
+    const bool fitted = trial % 2 == 0;
+    if (!fitted) {  // the grid of a neighbouring range: clips, or leaves room, by a little or a lot
+      const double nudge = std::ldexp(unit(rng) - 0.5, -static_cast<int>(unit(rng) * 50.0));
+      if (trial % 4 == 1)
+        g.inverse_step *= 1.0 + nudge;
+      else
+        g.origin += nudge * (static_cast<double>(hi) - lo + 1e-30);
+    }
+    const bool says_idle = grid_clamp_is_idle(g, lo, hi, u_lo, u_hi);
+    if (fitted) {
+      INFO("lo " << lo << " hi " << hi << " bits " << bits);
+      CHECK(says_idle);  // the codec's own grids take the fast loops
+      idle_fitted += says_idle;
+    }
+    // The values that decide it: the ends, their neighbours inside, and some in between.
+    std::vector<float> xs = {lo, hi, std::nextafter(lo, hi), std::nextafter(hi, lo)};
+    for (int k = 0; k < 6; ++k)
+      xs.push_back(static_cast<float>(lo + unit(rng) * (double(hi) - lo)));
+    bool acted = false;
+    for (float x : xs) {
+      if (x < lo || x > hi) continue;
+      for (double u : {u_lo, u_hi, double(uniform_from_half(rng() & 0xFFFF))}) {
+        const std::uint32_t clamped = grid_code<true>(g, x, static_cast<float>(u));
+        const std::uint32_t bare = unclamped_code(g, x, u);
+        acted |= bare != clamped;
+        if (says_idle) {
+          INFO("grid origin " << g.origin << " inverse_step " << g.inverse_step << " top " << g.top
+                              << "; x " << x << " u " << u);
+          REQUIRE(bare == clamped);
+        }
+      }
+    }
+    if (says_idle)
+      ++idle;
+    else
+      ++busy, busy_seen_acting += acted;
+  }
+  MESSAGE("idle " << idle << " (" << idle_fitted << " fitted), busy " << busy
+                  << " (the clamp acted in " << busy_seen_acting << " of them)");
+  // Both answers occur, and a refusal is usually for cause: the test has power both ways.
+  CHECK(idle > 1000);
+  CHECK(busy > 200);
+  CHECK(busy_seen_acting * 2 > busy);
+  // What it must refuse outright.
+  const code_grid g = range_code_grid(-1.0f, 1.0f, 255.0, 0.5, 255.0);
+  CHECK(grid_clamp_is_idle(g, -1.0f, 1.0f, u_lo, u_hi));
+  CHECK_FALSE(grid_clamp_is_idle(g, -1.5f, 1.0f, u_lo, u_hi));   // below the origin
+  CHECK_FALSE(grid_clamp_is_idle(g, -1.0f, 1.01f, u_lo, u_hi));  // beyond the top
+  CHECK_FALSE(grid_clamp_is_idle(g, -1.0f, std::numeric_limits<float>::quiet_NaN(), u_lo, u_hi));
+  code_grid flipped = g;
+  flipped.inverse_step = -flipped.inverse_step;
+  CHECK_FALSE(grid_clamp_is_idle(flipped, -1.0f, 1.0f, u_lo, u_hi));
+  code_grid infinite = g;
+  infinite.inverse_step = std::numeric_limits<double>::infinity();
+  CHECK_FALSE(grid_clamp_is_idle(infinite, 0.0f, 0.0f, u_lo, u_hi));
+}
+
+#if QSDP_HOST_X86_DISPATCH
+TEST_CASE(
+    "the vector scans give partial_stats::add's statistics: one sign or both, zeros, NaN, inf") {
+  using namespace qsdp::detail;
+  const bool avx512 = host_cpu_has_avx512();
+  if (!avx512) MESSAGE("this CPU has no AVX-512: only the AVX2 scan is compared");
+  if (!host_cpu_has_avx2_fma()) {
+    MESSAGE("skipped: this CPU has no AVX2");
+    return;
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            INFINITY,
+                            -INFINITY,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            3.0e38f,
+                            -3.0e38f};
+  int one_sign = 0, both = 0, non_finite = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::size_t n = trial < 2000 ? static_cast<std::size_t>(trial % 100) : 1024 + trial % 37;
+    // Signs: all positive, all negative, or mixed; sometimes a special value or two.
+    const int signs = trial % 3;
+    std::vector<float> x(n);
+    for (float& v : x) {
+      v = std::ldexp(unit(rng), static_cast<int>(unit(rng) * 40.0f) - 20);
+      if (signs == 1 || (signs == 2 && unit(rng) < 0.5f)) v = -v;
+    }
+    if (n > 0 && trial % 5 == 0) x[rng() % n] = specials[rng() % std::size(specials)];
+    if (n > 0 && trial % 7 == 0) x[rng() % n] = specials[rng() % std::size(specials)];
+    partial_stats expected;
+    bool pos = false, neg = false;
+    for (float v : x) {
+      expected.add(v);
+      (std::signbit(v) ? neg : pos) = true;
+    }
+    one_sign += pos != neg;
+    both += pos && neg;
+    non_finite += !expected.finite();
+    std::vector<std::uint16_t> bf16(n);
+    avx2::f32_to_bf16<false>(x.data(), n, bf16.data());
+    partial_stats expected_bf16;
+    for (std::uint16_t h : bf16) expected_bf16.add(std::bit_cast<float>(std::uint32_t{h} << 16));
+    auto check = [&](const partial_stats& got, const partial_stats& want, const char* which) {
+      INFO(which << " trial " << trial << " n " << n);
+      CHECK(got.finite() == want.finite());
+      if (want.finite()) {  // lo and hi of a non-finite bucket are not used
+        CHECK(got.lo == want.lo);
+        CHECK(got.hi == want.hi);
+      }
+    };
+    check(avx2::scan_values<false>(x.data(), n), expected, "avx2 float");
+    check(avx2::scan_values<true>(bf16.data(), n), expected_bf16, "avx2 bf16");
+    if (avx512) {
+      check(avx512::scan_values<false>(x.data(), n), expected, "avx512 float");
+      check(avx512::scan_values<true>(bf16.data(), n), expected_bf16, "avx512 bf16");
+    }
+  }
+  CHECK(one_sign > 500);
+  CHECK(both > 500);
+  CHECK(non_finite > 300);
+}
+
+TEST_CASE("the AVX-512 and AVX2 encode loops, clamp kept and left out, give grid_code's codes") {
+  using namespace qsdp::detail;
+  if (!host_cpu_has_avx2_fma()) {
+    MESSAGE("skipped: this CPU has no AVX2");
+    return;
+  }
+  const bool avx512 = host_cpu_has_avx512();
+  if (!avx512) MESSAGE("this CPU has no AVX-512: only the AVX2 loops are compared");
+  // 640 values: ten groups of 64 (AVX-512) and twenty of 32 (AVX2), so the rounds of the groups
+  // two and three ahead run in every position; 23 more: a part group at the end.
+  const auto data = make_data(distribution::normal, 663, 3);
+  const float lo = *std::min_element(data.begin(), data.end());
+  const float hi = *std::max_element(data.begin(), data.end());
+  rng_key key{};
+  key.seed = 5;
+  for (int bits : {8, 4, 2}) {
+    const double levels = double((1u << bits) - 1u);
+    const code_grid fitted = range_code_grid(lo, hi, levels, 0.5, levels);
+    // A grid over the middle quarter of the range: the clamp acts at both ends.
+    const code_grid clipping = range_code_grid(lo / 4, hi / 4, levels, 0.5, levels);
+    REQUIRE(grid_clamp_is_idle(fitted, lo, hi, uniform_from_half(0), uniform_from_half(0xFFFF)));
+    REQUIRE_FALSE(
+        grid_clamp_is_idle(clipping, lo, hi, uniform_from_half(0), uniform_from_half(0xFFFF)));
+    for (const auto& [grid, clamp_idle] :
+         {std::pair{fitted, true}, std::pair{fitted, false}, std::pair{clipping, false}}) {
+      for (const bool wide : {false, true}) {
+        if (wide && !avx512) continue;
+        std::vector<std::uint8_t> codes(data.size());
+        if (wide) {
+          avx512::draw_stream d;
+          avx512::start_draw_stream(key, d);
+          avx512::encode_drawn_codes(data.data(), data.size(), grid, clamp_idle, 0, d,
+                                     codes.data());
+        } else {
+          avx2::draw_stream d;
+          avx2::start_draw_stream(key, d);
+          avx2::encode_drawn_codes(data.data(), data.size(), grid, clamp_idle, 0, d, codes.data());
+        }
+        int clipped = 0;
+        for (std::size_t j = 0; j < data.size(); ++j) {
+          const std::uint32_t expected = grid_code<true>(grid, data[j], key.value_uniform(j));
+          clipped += expected == 0 || expected == levels;
+          INFO((wide ? "AVX-512" : "AVX2")
+               << " bits " << bits << " clamp_idle " << clamp_idle << " value " << j);
+          REQUIRE(codes[j] == expected);
+        }
+        if (!clamp_idle && grid.origin != fitted.origin) CHECK(clipped > 100);
+      }
+      // The round-to-nearest loop (uniform, symmetric, random_shift), with its constant offset.
+      REQUIRE(grid_clamp_is_idle(fitted, lo, hi, fitted.offset, fitted.offset));
+      std::vector<std::uint8_t> nearest(data.size());
+      if (clamp_idle) {
+        avx2::encode_codes<false, false>(data.data(), data.size(), grid, nullptr, nearest.data());
+      } else {
+        avx2::encode_codes<false, true>(data.data(), data.size(), grid, nullptr, nearest.data());
+      }
+      for (std::size_t j = 0; j < data.size(); ++j) {
+        INFO("nearest bits " << bits << " clamp_idle " << clamp_idle << " value " << j);
+        REQUIRE(nearest[j] == grid_code<false>(grid, data[j], 0.0f));
+      }
+    }
+  }
+}
+#endif
 
 TEST_SUITE_END();

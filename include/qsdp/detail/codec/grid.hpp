@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "../../config.hpp"
 
@@ -94,6 +95,25 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code_at(const code_grid& g
 #else
   return floor_nonnegative(clamp_d(t, 0.0, g.top));
 #endif
+}
+
+/// Whether grid_code's clamp to [0, top] changes no code of any value in [lo, hi] rounded with any
+/// offset in [offset_lo, offset_hi]: then a loop may leave the clamp out and truncate t itself, the
+/// same code (host loops only; detail/host/avx512.hpp). The bound is exact, not an estimate: with
+/// inverse_step >= 0 and finite, t = fma(x - origin, inverse_step, offset) is a non-decreasing
+/// function of x and of the offset (the float-to-double conversion is exact, and each IEEE
+/// operation, rounding included, is monotone in its operands), so every t lies in
+/// [t(lo, offset_lo), t(hi, offset_hi)]. If
+/// that interval lies in [0, floor(top) + 1), max(t, 0) is t, and min(t, top) truncates to floor(t)
+/// whether it is t (t <= top) or top (top < t < floor(top) + 1). Finite values and a grid fitted
+/// to their bucket meet it; anything else (NaN, inf, a grid that clips) keeps the clamp.
+inline bool grid_clamp_is_idle(const code_grid& g, float lo, float hi, double offset_lo,
+                               double offset_hi) {
+  if (!(g.inverse_step >= 0.0 && g.inverse_step <= std::numeric_limits<double>::max()))
+    return false;
+  const double t_lo = fma_d(static_cast<double>(lo) - g.origin, g.inverse_step, offset_lo);
+  const double t_hi = fma_d(static_cast<double>(hi) - g.origin, g.inverse_step, offset_hi);
+  return t_lo >= 0.0 && t_hi < std::floor(g.top) + 1.0;
 }
 
 /// A code on the grid; `u` is the value's draw, read only when DrawnOffset.

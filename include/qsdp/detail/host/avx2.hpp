@@ -44,6 +44,15 @@
 
 namespace qsdp::detail::avx2 {
 
+/// Emits nothing; tells the compiler that the vectors stay where they are. In the scans' loops
+/// g++ 12 otherwise gives each accumulator a new register every iteration and copies it back, one
+/// vector move per reduction: as many instructions again as the reductions themselves.
+/// (One statement for all of them: one per vector lets g++ route each through the same register.)
+QSDP_AVX2_INLINE void keep_in_registers(__m256i& a, __m256i& b, __m256i& c, __m256i& d, __m256i& e,
+                                        __m256i& f) {
+  asm("" : "+v"(a), "+v"(b), "+v"(c), "+v"(d), "+v"(e), "+v"(f));
+}
+
 /// Eight values as float bits: floats as they are, bf16 (raw 16-bit patterns) widened exactly (a
 /// bf16 is the upper half of the float it stands for).
 template <bool Bf16>
@@ -118,6 +127,7 @@ QSDP_AVX2_LOOP partial_stats scan_values(const void* src, std::size_t n) {
     smax1 = _mm256_max_epi32(smax1, b);
     umin1 = _mm256_min_epu32(umin1, b);
     umax1 = _mm256_max_epu32(umax1, b);
+    keep_in_registers(smax0, umin0, umax0, smax1, umin1, umax1);
   }
   partial_stats p;
   if (vector_end > 0) {
@@ -288,10 +298,11 @@ QSDP_AVX2_INLINE philox_lanes philox_first_rounds(const philox_schedule& s, __m2
 }
 
 /// Philox-4x32-10 of the four element-domain blocks whose indices `blocks` holds.
-QSDP_AVX2_INLINE philox_lanes philox_four(const philox_schedule& s, __m256i blocks) {
+/// Rounds 0 .. last - 1 of the blocks whose indices `blocks` holds, one per lane.
+QSDP_AVX2_INLINE philox_lanes philox_four(const philox_schedule& s, __m256i blocks, int last = 10) {
   philox_lanes r = philox_first_rounds(s, blocks);
   QSDP_AVX2_UNROLL_8
-  for (int round = 2; round < 10; ++round) philox_round(r, s.k0[round], s.k1[round]);
+  for (int round = 2; round < last; ++round) philox_round(r, s.k0[round], s.k1[round]);
   return r;
 }
 
@@ -351,10 +362,14 @@ QSDP_AVX2_INLINE __m256d halves_to_uniform(const std::uint16_t* h) {
 /// trunc(t) for t below 0 (negative, or -2^31 for t <= -2^31 and for NaN, which vminpd passes on
 /// since it is the second operand), and these saturate to the 0 that clamp_d's t > 0 ? t : 0 gives
 /// them; elsewhere it is what grid_code truncates. Codes above 255 do not occur (top <= 255).
+/// Without Clamp the min is left out too, for values where grid_clamp_is_idle has shown that the
+/// clamp changes no code (t in [0, floor(top) + 1) truncates to a code <= top by itself).
+template <bool Clamp = true>
 QSDP_AVX2_INLINE __m128i encode4(__m128 x4, const code_grid& g, __m256d offset) {
   const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(x4), _mm256_set1_pd(g.origin));
   const __m256d t = _mm256_fmadd_pd(d, _mm256_set1_pd(g.inverse_step), offset);
-  return _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_set1_pd(g.top), t));  // t < top ? t : top
+  // t < top ? t : top
+  return _mm256_cvttpd_epi32(Clamp ? _mm256_min_pd(_mm256_set1_pd(g.top), t) : t);
 }
 
 /// How far ahead of the values being encoded the loops prefetch: two buckets at the default size,
@@ -363,7 +378,8 @@ QSDP_AVX2_INLINE __m128i encode4(__m128 x4, const code_grid& g, __m256d offset) 
 inline constexpr std::size_t prefetch_distance = 2048;  // values
 
 /// Codes of n floats on grid g; DrawnOffset: value j's offset is its 16-bit draw halves[j].
-template <bool DrawnOffset>
+/// Clamp: false where grid_clamp_is_idle has shown that the clamp to the top changes no code.
+template <bool DrawnOffset, bool Clamp = true>
 QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const code_grid& g,
                                  const std::uint16_t* halves, std::uint8_t* out) {
   const __m256d constant_offset = _mm256_set1_pd(g.offset);
@@ -376,7 +392,7 @@ QSDP_AVX2_LOOP void encode_codes(const float* x, std::size_t n, const code_grid&
     for (int h = 0; h < 4; ++h) {
       const __m128 x4 = _mm_loadu_ps(x + j + 4 * h);
       const __m256d offset = DrawnOffset ? halves_to_uniform(halves + j + 4 * h) : constant_offset;
-      q[h] = encode4(x4, g, offset);
+      q[h] = encode4<Clamp>(x4, g, offset);
     }
     // Signed saturation, then unsigned: codes <= 255 pass, anything negative becomes 0 (encode4).
     const __m128i words01 = _mm_packs_epi32(q[0], q[1]);
@@ -403,19 +419,29 @@ QSDP_AVX2_INLINE void philox_store_chunks(const philox_lanes& s, std::uint32_t* 
 
 constexpr int drawn_chunk_half(int q) { return 16 * (q % 2) + 4 * (q / 2); }
 
-/// Codes of 32 values whose draws philox_store_chunks laid out in `halves`; meanwhile rounds 2-9 of
-/// `next`, the group two ahead, one round per four values: the rounds are a chain of dependent
-/// multiplies, and the values' arithmetic, which does not depend on them, fills the gaps.
+/// Codes of 32 values whose draws philox_store_chunks laid out in `halves`; meanwhile, one round
+/// per four values, rounds 5-9 of `next` (the group two ahead) and rounds 2-4 of `started` (the
+/// group three ahead, rounds 0-1 done): the rounds are a chain of dependent multiplies, and the
+/// values' arithmetic, which does not depend on them, fills the gaps. A whole group's rounds in
+/// one step made a chain about as long as the step's work, which the out-of-order window could
+/// not hide; two groups in flight halve it (avx512::encode_drawn_groups).
+template <bool Clamp>
 QSDP_AVX2_INLINE void encode32_drawn(const float* x, const code_grid& g,
                                      const std::uint16_t* halves, std::uint8_t* out,
-                                     philox_lanes& next, const philox_schedule& s) {
+                                     philox_lanes& next, philox_lanes& started,
+                                     const philox_schedule& s) {
   _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_distance), _MM_HINT_T0);
   _mm_prefetch(reinterpret_cast<const char*>(x + 16 + prefetch_distance), _MM_HINT_T0);
   __m128i q[8];
   QSDP_AVX2_UNROLL_8
   for (int h = 0; h < 8; ++h) {
-    philox_round(next, s.k0[h + 2], s.k1[h + 2]);
-    q[h] = encode4(_mm_loadu_ps(x + 4 * h), g, halves_to_uniform(halves + drawn_chunk_half(h)));
+    if (h < 5) {
+      philox_round(next, s.k0[h + 5], s.k1[h + 5]);
+    } else {
+      philox_round(started, s.k0[h - 3], s.k1[h - 3]);
+    }
+    q[h] =
+        encode4<Clamp>(_mm_loadu_ps(x + 4 * h), g, halves_to_uniform(halves + drawn_chunk_half(h)));
   }
   const __m128i lo = _mm_packus_epi16(_mm_packs_epi32(q[0], q[1]), _mm_packs_epi32(q[2], q[3]));
   const __m128i hi = _mm_packus_epi16(_mm_packs_epi32(q[4], q[5]), _mm_packs_epi32(q[6], q[7]));
@@ -443,8 +469,10 @@ QSDP_AVX2_LOOP void start_draw_stream(const rng_key& key, draw_stream& d) {
 
 /// Codes of n floats on grid g, each value rounded with its own 16-bit draw, from `d`: the values
 /// start at value index 8 * first_block, a block boundary.
+/// clamp_idle: grid_clamp_is_idle holds for these values and their draws, so the clamp to the top
+/// may be left out.
 QSDP_AVX2_LOOP void encode_drawn_codes(const float* x, std::size_t n, const code_grid& g,
-                                       std::uint64_t first_block, draw_stream& d,
+                                       bool clamp_idle, std::uint64_t first_block, draw_stream& d,
                                        std::uint8_t* out) {
   if (n == 0) return;
   if (d.block != first_block) {
@@ -454,11 +482,17 @@ QSDP_AVX2_LOOP void encode_drawn_codes(const float* x, std::size_t n, const code
   }
   const std::size_t whole = n / 32;
   unsigned slot = d.slot;
-  __m256i blocks = block_lanes(first_block + 8);  // the group two ahead
+  philox_lanes started = philox_four(d.schedule, block_lanes(first_block + 8), 5);  // two ahead
+  __m256i blocks = block_lanes(first_block + 12);                                   // three ahead
   for (std::size_t c = 0; c < whole; ++c, slot ^= 1u) {
-    philox_lanes next = philox_first_rounds(d.schedule, blocks);
-    encode32_drawn(x + 32 * c, g, reinterpret_cast<const std::uint16_t*>(d.words[slot]),
-                   out + 32 * c, next, d.schedule);
+    philox_lanes next = started;
+    started = philox_first_rounds(d.schedule, blocks);
+    const auto* halves = reinterpret_cast<const std::uint16_t*>(d.words[slot]);
+    if (clamp_idle) {
+      encode32_drawn<false>(x + 32 * c, g, halves, out + 32 * c, next, started, d.schedule);
+    } else {
+      encode32_drawn<true>(x + 32 * c, g, halves, out + 32 * c, next, started, d.schedule);
+    }
     philox_store_chunks(next, d.words[slot]);
     blocks = _mm256_add_epi64(blocks, _mm256_set1_epi64x(4));
   }

@@ -49,6 +49,12 @@
 
 namespace qsdp::detail::avx512 {
 
+/// avx2::keep_in_registers for 512-bit vectors.
+QSDP_AVX512_INLINE void keep_in_registers(__m512i& a, __m512i& b) { asm("" : "+v"(a), "+v"(b)); }
+QSDP_AVX512_INLINE void keep_in_registers(__m512i& a, __m512i& b, __m512i& c, __m512i& d) {
+  asm("" : "+v"(a), "+v"(b), "+v"(c), "+v"(d));
+}
+
 /// Sixteen values as float bits (bf16 widened exactly, as avx2::load8_float_bits).
 template <bool Bf16>
 QSDP_AVX512_INLINE __m512i load16_float_bits(const void* src, std::size_t j) {
@@ -61,38 +67,51 @@ QSDP_AVX512_INLINE __m512i load16_float_bits(const void* src, std::size_t j) {
   }
 }
 
-/// avx2::scan_values sixteen values per instruction: the same three reductions of the raw bits.
+/// avx2::scan_values sixteen values per instruction, in two reductions of the raw bits where the
+/// bucket holds values of both signs (zero-mean gradients and weights: nearly every bucket) and
+/// three where it does not. The signed maximum is then the largest key (some value is positive)
+/// and the unsigned maximum the smallest (some value is negative), and the unsigned minimum,
+/// which stats_from_extremes reads only when one sign is missing, is not needed; where it is, a
+/// second pass over the bucket (in L1 by then) finds it.
 template <bool Bf16>
 QSDP_AVX512_LOOP partial_stats scan_values(const void* src, std::size_t n) {
   __m512i smax0 = _mm512_set1_epi32(-0x7FFFFFFF - 1), smax1 = smax0;
-  __m512i umin0 = _mm512_set1_epi32(-1), umin1 = umin0;
   __m512i umax0 = _mm512_setzero_si512(), umax1 = umax0;
   const std::size_t vector_end = n - n % 16;
-  std::size_t j = 0;
-  if (vector_end % 32 != 0) {
+  const std::size_t start = vector_end % 32;  // an odd sixteen first: no remainder after the loop
+  if (start != 0) {
     const __m512i a = load16_float_bits<Bf16>(src, 0);
     smax0 = _mm512_max_epi32(smax0, a);
-    umin0 = _mm512_min_epu32(umin0, a);
     umax0 = _mm512_max_epu32(umax0, a);
-    j = 16;
   }
-  for (; j < vector_end; j += 32) {
+  for (std::size_t j = start; j < vector_end; j += 32) {
     const __m512i a = load16_float_bits<Bf16>(src, j), b = load16_float_bits<Bf16>(src, j + 16);
     smax0 = _mm512_max_epi32(smax0, a);
-    umin0 = _mm512_min_epu32(umin0, a);
     umax0 = _mm512_max_epu32(umax0, a);
     smax1 = _mm512_max_epi32(smax1, b);
-    umin1 = _mm512_min_epu32(umin1, b);
     umax1 = _mm512_max_epu32(umax1, b);
+    keep_in_registers(smax0, umax0, smax1, umax1);
   }
   partial_stats p;
   if (vector_end > 0) {
-    p = avx2::stats_from_extremes(
-        _mm512_reduce_max_epi32(_mm512_max_epi32(smax0, smax1)),
-        static_cast<std::uint32_t>(_mm512_reduce_min_epu32(_mm512_min_epu32(umin0, umin1))),
-        static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(umax0, umax1))));
+    const std::int32_t s = _mm512_reduce_max_epi32(_mm512_max_epi32(smax0, smax1));
+    const auto hi_bits =
+        static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(umax0, umax1)));
+    std::uint32_t lo_bits = 0;  // unread when both signs occur
+    if (s < 0 || hi_bits < 0x80000000u) {
+      __m512i umin0 = _mm512_set1_epi32(-1), umin1 = umin0;
+      if (start != 0) umin0 = load16_float_bits<Bf16>(src, 0);
+      for (std::size_t j = start; j < vector_end; j += 32) {
+        umin0 = _mm512_min_epu32(umin0, load16_float_bits<Bf16>(src, j));
+        umin1 = _mm512_min_epu32(umin1, load16_float_bits<Bf16>(src, j + 16));
+        keep_in_registers(umin0, umin1);
+      }
+      lo_bits = static_cast<std::uint32_t>(_mm512_reduce_min_epu32(_mm512_min_epu32(umin0, umin1)));
+    }
+    p = avx2::stats_from_extremes(s, lo_bits, hi_bits);
   }
-  for (j = vector_end; j < n; ++j) p.add(bit_cast<float>(avx2::load1_float_bits<Bf16>(src, j)));
+  for (std::size_t j = vector_end; j < n; ++j)
+    p.add(bit_cast<float>(avx2::load1_float_bits<Bf16>(src, j)));
   return p;
 }
 
@@ -150,10 +169,12 @@ QSDP_AVX512_INLINE philox_lanes philox_first_rounds(const philox_schedule& s, __
   return r;
 }
 
-QSDP_AVX512_INLINE philox_lanes philox_eight(const philox_schedule& s, __m512i blocks) {
+/// Rounds 0 .. last - 1 of the blocks whose indices `blocks` holds, one per lane.
+QSDP_AVX512_INLINE philox_lanes philox_eight(const philox_schedule& s, __m512i blocks,
+                                             int last = 10) {
   philox_lanes r = philox_first_rounds(s, blocks);
   QSDP_AVX512_UNROLL_8
-  for (int round = 2; round < 10; ++round) philox_round(r, s.k0[round], s.k1[round]);
+  for (int round = 2; round < last; ++round) philox_round(r, s.k0[round], s.k1[round]);
   return r;
 }
 
@@ -190,7 +211,10 @@ struct grid_lanes {
 /// of the lane holds 2^52's bits). Same operations as avx2::encode4 and halves_to_uniform, then the
 /// clamp as clamp_d spells it (max(t, 0) gives 0 for NaN, as t > 0 ? t : 0 does), and the
 /// truncation as an addition of 2^52 rounded toward zero: for c in [0, top], top < 2^31, the sum
-/// 2^52 + trunc(c) is exact and its low 32 bits are trunc(c).
+/// 2^52 + trunc(c) is exact and its low 32 bits are trunc(c). Without Clamp the clamp is left out,
+/// for a bucket where grid_clamp_is_idle has shown it changes no code: then t itself lies in
+/// [0, floor(top) + 1) and the same addition gives the same code.
+template <bool Clamp>
 QSDP_AVX512_INLINE __m512i encode8(const float* x, const grid_lanes& g, const std::uint16_t* h) {
   const __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x)), g.origin);
   const __m512i wide = _mm512_cvtepu16_epi64(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
@@ -199,7 +223,7 @@ QSDP_AVX512_INLINE __m512i encode8(const float* x, const grid_lanes& g, const st
   const __m512d u =
       _mm512_fmadd_pd(shifted, _mm512_set1_pd(0x1p-16), _mm512_set1_pd(0x1p-17 - 0x1p36));
   const __m512d t = _mm512_fmadd_pd(d, g.inverse_step, u);
-  const __m512d c = _mm512_min_pd(_mm512_max_pd(t, _mm512_setzero_pd()), g.top);
+  const __m512d c = Clamp ? _mm512_min_pd(_mm512_max_pd(t, _mm512_setzero_pd()), g.top) : t;
   return _mm512_castpd_si512(
       _mm512_add_round_pd(c, _mm512_set1_pd(0x1p52), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
 }
@@ -224,9 +248,8 @@ QSDP_AVX512_INLINE void store64_codes(const __m512i (&z)[8], std::uint8_t* out) 
 inline constexpr std::size_t prefetch_distance = avx2::prefetch_distance;
 
 /// The per-value draws of one encode call, two groups of eight Philox blocks (64 values each)
-/// ahead of the values being encoded, as avx2::draw_stream: the group two ahead is generated one
-/// round per eight values while the current group is encoded, so the rounds' chain of dependent
-/// multiplies does not stall the loop.
+/// ahead of the values being encoded, as avx2::draw_stream (encode_drawn_groups says how the
+/// groups ahead are generated).
 struct draw_stream {
   philox_schedule schedule;
   alignas(64) std::uint16_t halves[2][64];  // two groups, philox_store's layout
@@ -240,10 +263,50 @@ QSDP_AVX512_LOOP void start_draw_stream(const rng_key& key, draw_stream& d) {
   d.block = ~std::uint64_t{0};
 }
 
+/// The whole groups of encode_drawn_codes: `whole` times 64 values, the group in d.halves[slot]
+/// first; returns the slot that holds the group after them. While a group is encoded, the group
+/// two ahead gets its rounds 5-9 and the group three ahead its rounds 0-4, one round per eight
+/// values: a round is a chain of a multiply, a shift and a xor (7 cycles), and a whole group's ten
+/// rounds in one step made a chain as long as the step's work, which the out-of-order window
+/// could not hide (0.51 against 0.45 ns per value with the values in L1: bench/results/
+/// 2026-12-01-host-codec-rounds.md). Two groups of five rounds halve it. The rounds themselves,
+/// and so the draws, are unchanged.
+template <bool Clamp>
+QSDP_AVX512_INLINE unsigned encode_drawn_groups(const float* x, std::size_t whole,
+                                                const grid_lanes& g, std::uint64_t first_block,
+                                                draw_stream& d, unsigned slot, std::uint8_t* out) {
+  const philox_schedule& k = d.schedule;
+  philox_lanes started = philox_eight(k, block_lanes(first_block + 16), 5);  // two ahead
+  __m512i blocks = block_lanes(first_block + 24);                            // three ahead
+  for (std::size_t c = 0; c < whole; ++c, slot ^= 1u) {
+    const float* in = x + 64 * c;
+    const std::uint16_t* halves = d.halves[slot];
+    for (int line = 0; line < 4; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(in + 16 * line + prefetch_distance), _MM_HINT_T0);
+    philox_lanes next = started;
+    started = philox_first_rounds(k, blocks);
+    __m512i z[8];
+    QSDP_AVX512_UNROLL_8
+    for (int s = 0; s < 8; ++s) {
+      if (s < 5) {
+        philox_round(next, k.k0[s + 5], k.k1[s + 5]);
+      } else {
+        philox_round(started, k.k0[s - 3], k.k1[s - 3]);
+      }
+      z[s] = encode8<Clamp>(in + 8 * s, g, halves + 8 * s);
+    }
+    store64_codes(z, out + 64 * c);
+    philox_store(next, d.halves[slot]);
+    blocks = _mm512_add_epi64(blocks, _mm512_set1_epi64(8));
+  }
+  return slot;
+}
+
 /// Codes of n floats on grid g, each rounded with its own 16-bit draw from `d`; the values start
-/// at value index 8 * first_block. avx2::encode_drawn_codes, 64 values per step.
+/// at value index 8 * first_block. avx2::encode_drawn_codes, 64 values per step. clamp_idle:
+/// grid_clamp_is_idle holds for these values and their draws, so the clamp may be left out.
 QSDP_AVX512_LOOP void encode_drawn_codes(const float* x, std::size_t n, const code_grid& grid,
-                                         std::uint64_t first_block, draw_stream& d,
+                                         bool clamp_idle, std::uint64_t first_block, draw_stream& d,
                                          std::uint8_t* out) {
   if (n == 0) return;
   if (d.block != first_block) {
@@ -254,24 +317,9 @@ QSDP_AVX512_LOOP void encode_drawn_codes(const float* x, std::size_t n, const co
   const grid_lanes g{_mm512_set1_pd(grid.origin), _mm512_set1_pd(grid.inverse_step),
                      _mm512_set1_pd(grid.top)};
   const std::size_t whole = n / 64;
-  unsigned slot = d.slot;
-  __m512i blocks = block_lanes(first_block + 16);  // the group two ahead
-  for (std::size_t c = 0; c < whole; ++c, slot ^= 1u) {
-    const float* in = x + 64 * c;
-    const std::uint16_t* halves = d.halves[slot];
-    for (int line = 0; line < 4; ++line)
-      _mm_prefetch(reinterpret_cast<const char*>(in + 16 * line + prefetch_distance), _MM_HINT_T0);
-    philox_lanes next = philox_first_rounds(d.schedule, blocks);
-    __m512i z[8];
-    QSDP_AVX512_UNROLL_8
-    for (int s = 0; s < 8; ++s) {
-      philox_round(next, d.schedule.k0[s + 2], d.schedule.k1[s + 2]);
-      z[s] = encode8(in + 8 * s, g, halves + 8 * s);
-    }
-    store64_codes(z, out + 64 * c);
-    philox_store(next, d.halves[slot]);
-    blocks = _mm512_add_epi64(blocks, _mm512_set1_epi64(8));
-  }
+  const unsigned slot = clamp_idle
+                            ? encode_drawn_groups<false>(x, whole, g, first_block, d, d.slot, out)
+                            : encode_drawn_groups<true>(x, whole, g, first_block, d, d.slot, out);
   const std::size_t last = 64 * whole;
   if (last == n) {  // the stream goes on at the next block
     d.block = first_block + 8 * whole;

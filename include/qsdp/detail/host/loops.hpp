@@ -184,13 +184,21 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
                                  // a multiple of 8)
             avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words),
                                      out);
-          } else if constexpr (Avx512) {
-            avx512::encode_drawn_codes(values, k, grid, first / 8, draws_ahead, out);
           } else {
-            avx2::encode_drawn_codes(values, k, grid, first / 8, draws_ahead, out);
+            const bool clamp_idle = grid_clamp_is_idle(
+                grid, stats.min(), stats.max(), uniform_from_half(0), uniform_from_half(0xFFFF));
+            if constexpr (Avx512) {
+              avx512::encode_drawn_codes(values, k, grid, clamp_idle, first / 8, draws_ahead, out);
+            } else {
+              avx2::encode_drawn_codes(values, k, grid, clamp_idle, first / 8, draws_ahead, out);
+            }
           }
         } else {
-          avx2::encode_codes<false>(values, k, grid, nullptr, out);
+          if (grid_clamp_is_idle(grid, stats.min(), stats.max(), grid.offset, grid.offset)) {
+            avx2::encode_codes<false, false>(values, k, grid, nullptr, out);
+          } else {
+            avx2::encode_codes<false, true>(values, k, grid, nullptr, out);
+          }
         }
         codes.commit(k);
         done += k;
