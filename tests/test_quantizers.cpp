@@ -399,8 +399,12 @@ TEST_CASE("the AVX-512 and AVX2 encode loops, clamp kept and left out, give grid
     REQUIRE(grid_clamp_is_idle(fitted, lo, hi, uniform_from_half(0), uniform_from_half(0xFFFF)));
     REQUIRE_FALSE(
         grid_clamp_is_idle(clipping, lo, hi, uniform_from_half(0), uniform_from_half(0xFFFF)));
-    for (const auto& [grid, clamp_idle] :
+    for (const auto& entry :
          {std::pair{fitted, true}, std::pair{fitted, false}, std::pair{clipping, false}}) {
+      // Named copies, not a structured binding: doctest's INFO captures them in a lambda, which
+      // clang before 16 refuses for bindings.
+      const code_grid grid = entry.first;
+      const bool clamp_idle = entry.second;
       for (const bool wide : {false, true}) {
         if (wide && !avx512) continue;
         std::vector<std::uint8_t> codes(data.size());
