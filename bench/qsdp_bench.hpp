@@ -433,8 +433,13 @@ struct process_group {
 };
 
 #if QSDP_BENCH_NCCL
-/// --backend nccl (bench/qsdp_bench_nccl.cu).
+/// --backend nccl (bench/qsdp_bench_nccl.cu: the GPU check, then --dtype's file).
 void run_nccl(const options& o, const process_group& group);
+/// The NCCL backend for --dtype float, bf16 and half, each in its own translation unit
+/// (qsdp_bench_nccl_<type>.cu), on `devices` visible GPUs.
+void run_nccl_float(const options& o, const process_group& group, int devices);
+void run_nccl_bf16(const options& o, const process_group& group, int devices);
+void run_nccl_half(const options& o, const process_group& group, int devices);
 #endif
 
 /// Prints the table (and writes --json) on rank 0.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer builds (docs/reliability.md). clang rather than g++: it compiles the instrumented
 # tests about twice as fast, and CI builds the whole suite with g++ already.
-#   asan  the whole host test suite (unit, MPI, examples, fuzz corpus replay) built with clang under
+#   asan  the host test suite (unit, MPI, fuzz corpus replay; not the examples) built with clang under
 #         AddressSanitizer + UndefinedBehaviorSanitizer; any report fails the test that caused it
 #   tsan  the in-process communicator tests (run_local, the collectives, sharded training) under
 #         ThreadSanitizer

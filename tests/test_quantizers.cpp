@@ -9,6 +9,7 @@
 #include <random>
 #include <utility>
 
+#include "spelling_checks.hpp"
 #include "support.hpp"
 
 TEST_SUITE_BEGIN("quantizers");
@@ -444,5 +445,10 @@ TEST_CASE("the AVX-512 and AVX2 encode loops, clamp kept and left out, give grid
   }
 }
 #endif
+
+TEST_CASE("16-bit values' statistics in packed pairs are partial_stats' (host spelling)") {
+  qsdp_test::check_paired_stats16<true>();
+  qsdp_test::check_paired_stats16<false>();
+}
 
 TEST_SUITE_END();

@@ -156,7 +156,7 @@ struct symmetric {
   // (code - center) * step is within a double ulp of [-abs_max, abs_max]: rounds to float inside
   // it. A product, not an fma with base 0, so that a result that rounds to -0 stays -0.
   QSDP_HOST_DEVICE detail::value_grid value_grid_for(const meta_type& abs_max) const {
-    return {true, -center, 0.0, static_cast<double>(abs_max) / center, 0.0, false, 0.0, 0.0, false};
+    return {true, -center, 0.0, detail::quotient(abs_max, center), 0.0, false, 0.0, 0.0, false};
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };

@@ -167,6 +167,31 @@ inline int __double2int_rz(double x) {
   if (x <= -2147483648.0) return INT32_MIN;
   return static_cast<int>(x);
 }
+/// cvt.rzi.u32.f64: toward zero, saturated to [0, UINT_MAX]; NaN gives 0.
+inline unsigned __double2uint_rz(double x) {
+  if (std::isnan(x) || x <= 0.0) return 0;
+  if (x >= 4294967295.0) return UINT32_MAX;
+  return static_cast<unsigned>(x);
+}
+/// Per 16-bit half as int16: the least and the greatest of three (VIMNMX3.S16x2).
+inline unsigned qsdp_simt_s16x2(unsigned a, unsigned b, unsigned c, bool greatest) {
+  unsigned r = 0;
+  for (unsigned shift = 0; shift < 32; shift += 16) {
+    const auto x = static_cast<std::int16_t>(a >> shift), y = static_cast<std::int16_t>(b >> shift),
+               z = static_cast<std::int16_t>(c >> shift);
+    std::int16_t m = x;
+    if (greatest ? y > m : y < m) m = y;
+    if (greatest ? z > m : z < m) m = z;
+    r |= static_cast<unsigned>(static_cast<std::uint16_t>(m)) << shift;
+  }
+  return r;
+}
+inline unsigned __vimin3_s16x2(unsigned a, unsigned b, unsigned c) {
+  return qsdp_simt_s16x2(a, b, c, false);
+}
+inline unsigned __vimax3_s16x2(unsigned a, unsigned b, unsigned c) {
+  return qsdp_simt_s16x2(a, b, c, true);
+}
 inline double __hiloint2double(int hi, int lo) {
   const std::uint64_t bits = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32) |
                              static_cast<std::uint32_t>(lo);

@@ -19,6 +19,7 @@
 #include <qsdp/codec.hpp>
 #include <qsdp/detail/cuda/device_codec.cuh>
 
+#include "spelling_checks.hpp"
 #include "support.hpp"
 
 TEST_SUITE_BEGIN("simt");
@@ -170,6 +171,15 @@ void sweep_skews(Q q) {
 }
 
 }  // namespace
+
+TEST_CASE("device spellings: a value grid's step without a division is the division's quotient") {
+  qsdp_test::check_quotient_is_the_division();
+}
+
+TEST_CASE("device spellings: 16-bit values' statistics in packed pairs are partial_stats'") {
+  qsdp_test::check_paired_stats16<true>();
+  qsdp_test::check_paired_stats16<false>();
+}
 
 TEST_CASE("emulated kernels: uniform<8> writes the host's packets") { sweep(qsdp::uniform<8>{}); }
 

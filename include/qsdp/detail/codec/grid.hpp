@@ -44,6 +44,28 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE double clamp_d(double v, double lo, double hi
   return v < hi ? v : hi;
 }
 
+/// x / d rounded once, for a divisor the compiler knows (a policy's count of steps) and an x that
+/// is a float or the difference of two (0, inf, NaN, or |x| in [2^-149, 2^129]): the one statement
+/// of the division behind every value grid's step. The device spelling avoids the division (a
+/// reciprocal seed and Newton steps, about 17 instructions, paid per packet and span by the
+/// decoders): with r = 1/d folded at compile time (correctly rounded), q = x * r lies within an ulp
+/// of x / d, the remainder x - q * d is exact in an fma, and q + remainder * r rounded is the
+/// correctly rounded quotient (Markstein's theorem) wherever nothing underflows or overflows, which
+/// holds for |x| in [2^-960, 2^960]. For 0, inf and NaN, and for d a power of two, x * r is x / d
+/// itself.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE double quotient(double x, double d) {
+#if QSDP_DEVICE_SPELLING
+  const double r = 1.0 / d;
+  const double q = x * r;
+  if (detail::bit_cast<std::uint64_t>(d) << 12 == 0) return q;  // a power of two: q is exact
+  const double refined = fma_d(fma_d(-q, d, x), r, q);
+  const double magnitude = x < 0.0 ? -x : x;
+  return magnitude >= 0x1p-960 && magnitude <= 0x1p960 ? refined : q;
+#else
+  return x / d;
+#endif
+}
+
 inline constexpr double float_max = 3.40282346638528859811704183484516925440e+38;
 
 /// Where a bucket's codes sit:
@@ -83,15 +105,15 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t grid_code_at(const code_grid& g
                                                               double offset) {
   const double t = fma_d(static_cast<double>(x) - g.origin, g.inverse_step, offset);
 #if QSDP_DEVICE_SPELLING
-  // The device clamps after truncating, in integers: the same code for every t. The conversion
-  // truncates toward zero and saturates (NaN gives 0 or INT_MIN), so t in [0, top] gives trunc(t)
-  // as before; t < 0 a value <= 0, and t > top (or +inf) at least trunc(top), which the integer
-  // clamp to [0, trunc(top)] maps where the double clamp does. Two integer min/max instead of two
-  // double compares and four selects per value.
-  const int truncated = __double2int_rz(t);
-  const int top = __double2int_rz(g.top);
-  const int low_clamped = truncated > 0 ? truncated : 0;
-  return static_cast<std::uint32_t>(low_clamped < top ? low_clamped : top);
+  // The device clamps after truncating, in integers: the same code for every t. The unsigned
+  // conversion truncates toward zero and saturates, so t in [0, top] gives trunc(t) as before, t <
+  // 0 gives 0, and t > top (or +inf) at least trunc(top), which the clamp to trunc(top) maps where
+  // the double clamp does. (t is never NaN: the kernels encode finite buckets only, and a fitted
+  // grid's inverse step is finite.) One integer minimum instead of two double compares and four
+  // selects per value, or the two integer clamps of a signed conversion.
+  const unsigned truncated = __double2uint_rz(t);
+  const unsigned top = __double2uint_rz(g.top);
+  return truncated < top ? truncated : top;
 #else
   return floor_nonnegative(clamp_d(t, 0.0, g.top));
 #endif
@@ -162,7 +184,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE value_grid range_value_grid(float min, float 
                                                                double intervals, double shift,
                                                                bool fractional, double fraction,
                                                                bool saturate) {
-  const double step = (static_cast<double>(max) - static_cast<double>(min)) / intervals;
+  const double step = quotient(static_cast<double>(max) - static_cast<double>(min), intervals);
   return {false,    shift,      fraction,  step,      static_cast<double>(min),
           saturate, -float_max, float_max, fractional};
 }

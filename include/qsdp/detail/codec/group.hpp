@@ -65,12 +65,11 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t code_at(std::uint64_t word, uns
 /// group_draw in double, the offset grid_code adds: the same value.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE double group_draw_offset(const philox_block& block, unsigned k) {
 #if QSDP_DEVICE_SPELLING
-  // 2^52 + half is the double whose low word is the half; minus 2^52 it is the half, exactly, and
-  // half * 2^-16 + 2^-17 is exact too: one integer operation and two double ones instead of a
-  // float computation and a conversion.
+  // The half converted to double (one conversion that reads either 16-bit half of the word in
+  // place), then half * 2^-16 + 2^-17, exact: a conversion and a double fma instead of a float
+  // computation and a conversion.
   const std::uint32_t word = block.v[k >> 1];
-  const std::uint32_t half = k & 1 ? word >> 16 : word & 0xFFFFu;
-  const double whole = __hiloint2double(0x43300000, static_cast<int>(half)) - 0x1p52;
+  const double whole = static_cast<double>(static_cast<std::uint16_t>(k & 1 ? word >> 16 : word));
   return fma_d(whole, 0x1p-16, 0x1p-17);
 #else
   return static_cast<double>(group_draw(block, k));
@@ -102,10 +101,13 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
       const code_grid g = q.code_grid_for(m);
       code =
           grid_code_at(g, x[k], randomized_elements<Q>() ? group_draw_offset(block, k) : g.offset);
+      // At most trunc(g.top) <= 2^bits - 1: the code fills its own field only, so adding it is
+      // or-ing it, and a shift and an add fuse into one integer instruction on the device.
+      word += static_cast<word_type>(code) << (k * Q::bits);
     } else {
       code = q.encode(x[k], m, randomized_elements<Q>() ? group_draw(block, k) : 0.0f);
+      word |= static_cast<word_type>(static_cast<std::uint8_t>(code)) << (k * Q::bits);
     }
-    word |= static_cast<word_type>(static_cast<std::uint8_t>(code)) << (k * Q::bits);
   }
   return word;
 }

@@ -10,6 +10,7 @@
 
 #include "../../config.hpp"
 #include "../../quantizers.hpp"
+#include "float_types.hpp"
 #include "philox.hpp"
 
 namespace qsdp::detail {
@@ -54,6 +55,85 @@ struct partial_stats {
   QSDP_HOST_DEVICE QSDP_FORCE_INLINE float max() const {
     return detail::bit_cast<float>(
         static_cast<std::uint32_t>(ordered_key(static_cast<std::uint32_t>(hi))));
+  }
+};
+
+/// Two 16-bit floats (bf16 or half) packed in a word, each half's bit pattern mapped as
+/// ordered_key maps a float's: x ^ 0x7FFF where the half's sign is set, so that as int16 the halves
+/// order as their values do (-0 below +0, NaN payloads beyond the infinities of their sign).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t ordered_key_pair(std::uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  // PRMT's generic mode: result bytes 0-1 are byte 1's sign replicated, bytes 2-3 byte 3's.
+  std::uint32_t signs;
+  asm("prmt.b32 %0, %1, 0, 0xBB99;" : "=r"(signs) : "r"(bits));
+#else
+  const std::uint32_t signs = (bits >> 15 & 1u) * 0xFFFFu | (bits >> 31) * 0xFFFF0000u;
+#endif
+  return bits ^ (signs & 0x7FFF7FFFu);
+}
+
+/// Per 16-bit half, as int16: min(a, min(b, c)) and max(a, max(b, c)) (one instruction on sm_90).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t min3_s16x2(std::uint32_t a, std::uint32_t b,
+                                                            std::uint32_t c) {
+#if QSDP_DEVICE_SPELLING
+  return __vimin3_s16x2(a, b, c);
+#else
+  std::uint32_t r = 0;
+  for (unsigned shift = 0; shift < 32; shift += 16) {
+    const auto x = static_cast<std::int16_t>(a >> shift), y = static_cast<std::int16_t>(b >> shift),
+               z = static_cast<std::int16_t>(c >> shift);
+    const std::int16_t m = x < y ? (x < z ? x : z) : (y < z ? y : z);
+    r |= static_cast<std::uint32_t>(static_cast<std::uint16_t>(m)) << shift;
+  }
+  return r;
+#endif
+}
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t max3_s16x2(std::uint32_t a, std::uint32_t b,
+                                                            std::uint32_t c) {
+#if QSDP_DEVICE_SPELLING
+  return __vimax3_s16x2(a, b, c);
+#else
+  std::uint32_t r = 0;
+  for (unsigned shift = 0; shift < 32; shift += 16) {
+    const auto x = static_cast<std::int16_t>(a >> shift), y = static_cast<std::int16_t>(b >> shift),
+               z = static_cast<std::int16_t>(c >> shift);
+    const std::int16_t m = x > y ? (x > z ? x : z) : (y > z ? y : z);
+    r |= static_cast<std::uint32_t>(static_cast<std::uint16_t>(m)) << shift;
+  }
+  return r;
+#endif
+}
+
+/// partial_stats of 16-bit floats read as packed pairs of bit patterns: the extremes of their
+/// ordered_key_pair keys, two values per integer instruction, where partial_stats::add spends a
+/// conversion, a key and two comparisons on each. Every map on the way is increasing and one to
+/// one (half bits -> key16 -> value -> ordered_key), so the extremes are the same values, and
+/// stats() gives the bits partial_stats::add gives for the same values. Bf16: a 16-bit float.
+template <bool Bf16>
+struct paired_stats16 {
+  std::uint32_t lo = 0x7FFF7FFFu;  // per half, as int16
+  std::uint32_t hi = 0x80008000u;
+
+  /// Four values: two words of two.
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE void add(std::uint32_t a, std::uint32_t b) {
+    const std::uint32_t ka = ordered_key_pair(a), kb = ordered_key_pair(b);
+    lo = min3_s16x2(lo, ka, kb);
+    hi = max3_s16x2(hi, ka, kb);
+  }
+  /// The same statistics as partial_stats (empty when nothing was added).
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE partial_stats stats() const {
+    partial_stats p;
+    if (static_cast<std::int16_t>(hi) < static_cast<std::int16_t>(lo)) return p;  // none added
+    const auto key = [](std::uint32_t key16) {  // key16 -> the value's ordered_key (an involution)
+      const auto k = static_cast<std::uint16_t>(key16);
+      const auto bits = static_cast<std::uint16_t>(k & 0x8000u ? k ^ 0x7FFFu : k);
+      const float v = Bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
+      return ordered_key(detail::bit_cast<std::uint32_t>(v));
+    };
+    const std::int32_t lo0 = key(lo), lo1 = key(lo >> 16), hi0 = key(hi), hi1 = key(hi >> 16);
+    p.lo = lo0 < lo1 ? lo0 : lo1;
+    p.hi = hi0 > hi1 ? hi0 : hi1;
+    return p;
   }
 };
 

@@ -147,6 +147,22 @@ __global__ void __launch_bounds__(codec_block)
     encode_group_general(q, src, count, packet, l, key, g);
 }
 
+/// Eight values of a 16-bit T from their bit patterns, two to a word.
+template <class T>
+__device__ QSDP_FORCE_INLINE void group_from_words(const uint4& w, float* v) {
+  const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+  QSDP_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    T lo, hi;
+    const auto l16 = static_cast<std::uint16_t>(words[k]),
+               h16 = static_cast<std::uint16_t>(words[k] >> 16);
+    memcpy(static_cast<void*>(&lo), &l16, 2);
+    memcpy(static_cast<void*>(&hi), &h16, 2);
+    v[2 * k] = element_traits<T>::to_float(lo);
+    v[2 * k + 1] = element_traits<T>::to_float(hi);
+  }
+}
+
 /// Eight values from a 16-byte aligned address.
 template <class T>
 __device__ QSDP_FORCE_INLINE void load_group_aligned(const T* p, float* v) {
@@ -156,18 +172,7 @@ __device__ QSDP_FORCE_INLINE void load_group_aligned(const T* p, float* v) {
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
     static_assert(sizeof(T) == 2, "16-bit elements");
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
-    const unsigned int words[4] = {w.x, w.y, w.z, w.w};
-    QSDP_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      T lo, hi;
-      const auto l16 = static_cast<std::uint16_t>(words[k]),
-                 h16 = static_cast<std::uint16_t>(words[k] >> 16);
-      memcpy(static_cast<void*>(&lo), &l16, 2);
-      memcpy(static_cast<void*>(&hi), &h16, 2);
-      v[2 * k] = element_traits<T>::to_float(lo);
-      v[2 * k + 1] = element_traits<T>::to_float(hi);
-    }
+    group_from_words<T>(__ldg(reinterpret_cast<const uint4*>(p)), v);
   }
 }
 
@@ -217,6 +222,30 @@ __device__ QSDP_FORCE_INLINE void load_span_aligned(const T* p, float (&v)[span_
   QSDP_UNROLL
   for (unsigned g = 0; g < span_values / group_values; ++g)
     load_group_aligned(p + g * group_values, v + g * group_values);
+}
+
+/// The same, with the values' statistics: a 16-bit T's from the bit patterns as loaded, two values
+/// at a time (paired_stats16: about 1.5 instructions per value against 5 for partial_stats::add).
+template <class T>
+__device__ QSDP_FORCE_INLINE partial_stats load_span_aligned_stats(const T* p,
+                                                                   float (&v)[span_values]) {
+  if constexpr (sizeof(T) == 2) {
+    paired_stats16<element_traits<T>::tag == element_type::bf16> stats;
+    QSDP_UNROLL
+    for (unsigned g = 0; g < span_values / group_values; ++g) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(p + g * group_values));
+      group_from_words<T>(w, v + g * group_values);
+      stats.add(w.x, w.y);
+      stats.add(w.z, w.w);
+    }
+    return stats.stats();
+  } else {
+    load_span_aligned(p, v);
+    partial_stats stats;
+    QSDP_UNROLL
+    for (unsigned k = 0; k < span_values; ++k) stats.add(v[k]);
+    return stats;
+  }
 }
 
 /// Metadata of bucket b into a 16-byte aligned packet: in 4-byte words where its size allows
@@ -305,15 +334,15 @@ __global__ void __launch_bounds__(fast_encode_block)
     partial_stats p;
     if (first + span_values <= count) {
       if constexpr (SrcAligned) {
-        load_span_aligned(src + first, v);
+        p = load_span_aligned_stats(src + first, v);
       } else {  // a chunk off a 16-byte boundary (whole elements): element by element
         QSDP_UNROLL
-        for (unsigned k = 0; k < span_values; ++k)
+        for (unsigned k = 0; k < span_values; ++k) {
           v[k] = element_traits<T>::to_float(__ldg(src + first + k));
+          p.add(v[k]);
+        }
       }
       n = span_values;
-      QSDP_UNROLL
-      for (unsigned k = 0; k < span_values; ++k) p.add(v[k]);
     } else if (first < count) {  // the cut last span
       n = static_cast<unsigned>(count - first);
       QSDP_UNROLL
