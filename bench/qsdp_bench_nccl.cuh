@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // qsdp-bench --backend nccl (included by qsdp_bench_nccl_<type>.cu, one element type each, so that
-// the three compile in parallel; qsdp_bench_nccl.cu checks for GPUs and picks the type): the same sweep as the host backends (bench/qsdp_bench.hpp) on device
-// buffers, qsdp's device collectives against ncclAllGather / ncclReduceScatter / ncclAllReduce on
-// the same NCCL communicator and stream.
+// the three compile in parallel; qsdp_bench_nccl.cu checks for GPUs and picks the type): the same
+// sweep as the host backends (bench/qsdp_bench.hpp) on device buffers, qsdp's device collectives
+// against ncclAllGather / ncclReduceScatter / ncclAllReduce on the same NCCL communicator and
+// stream.
 //
 // Ranks: under mpirun (and built with MPI), one process per GPU (the node-local rank picks the
 // device; rank 0's ncclUniqueId is broadcast by main's MPI, so this file needs no MPI); otherwise

@@ -89,8 +89,8 @@ void check_paired_stats16() {
     std::vector<std::uint16_t> bits(4 * (1 + trial % 9));  // whole pairs of words
     for (auto& b : bits) {
       b = static_cast<std::uint16_t>(any_bits(rng));
-      if (kind == 1) b &= 0x7FFF;                                             // positive only
-      if (kind == 2) b |= 0x8000;                                             // negative only
+      if (kind == 1) b &= 0x7FFF;  // positive only
+      if (kind == 2) b |= 0x8000;  // negative only
       if (kind >= 3 && (b & 0x7FFF) >= inf) b = static_cast<std::uint16_t>(b & 0x83FF);  // finite
       if (kind == 4) b = static_cast<std::uint16_t>(b % 3 == 0 ? 0x8000 : b % 3 == 1 ? 0 : b);
       if (kind == 5) b = bits[0];  // all equal
@@ -104,8 +104,8 @@ void check_paired_stats16() {
     }
     const partial_stats got = paired.stats();
     if (got.lo != scalar.lo || got.hi != scalar.hi || got.finite() != scalar.finite()) {
-      FAIL_CHECK("trial " << trial << ": paired lo " << got.lo << " hi " << got.hi
-                          << ", scalar lo " << scalar.lo << " hi " << scalar.hi);
+      FAIL_CHECK("trial " << trial << ": paired lo " << got.lo << " hi " << got.hi << ", scalar lo "
+                          << scalar.lo << " hi " << scalar.hi);
       break;
     }
     ++compared;
