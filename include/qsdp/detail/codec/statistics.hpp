@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "../../config.hpp"
 #include "../../quantizers.hpp"
@@ -72,20 +73,30 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t ordered_key_pair(std::uint32_t 
   return bits ^ (signs & 0x7FFF7FFFu);
 }
 
+/// Per 16-bit half, as int16: the least (or, Greatest, the greatest) of a, b and c; the host
+/// spelling of sm_90's VIMNMX3.S16x2.
+template <bool Greatest>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t extreme3_s16x2(std::uint32_t a, std::uint32_t b,
+                                                                std::uint32_t c) {
+  std::uint32_t r = 0;
+  for (unsigned shift = 0; shift < 32; shift += 16) {
+    std::int16_t m = static_cast<std::int16_t>(a >> shift);
+    for (const std::uint32_t w : {b, c}) {
+      const auto v = static_cast<std::int16_t>(w >> shift);
+      m = (Greatest ? v > m : v < m) ? v : m;
+    }
+    r |= static_cast<std::uint32_t>(static_cast<std::uint16_t>(m)) << shift;
+  }
+  return r;
+}
+
 /// Per 16-bit half, as int16: min(a, min(b, c)) and max(a, max(b, c)) (one instruction on sm_90).
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t min3_s16x2(std::uint32_t a, std::uint32_t b,
                                                             std::uint32_t c) {
 #if QSDP_DEVICE_SPELLING
   return __vimin3_s16x2(a, b, c);
 #else
-  std::uint32_t r = 0;
-  for (unsigned shift = 0; shift < 32; shift += 16) {
-    const auto x = static_cast<std::int16_t>(a >> shift), y = static_cast<std::int16_t>(b >> shift),
-               z = static_cast<std::int16_t>(c >> shift);
-    const std::int16_t m = x < y ? (x < z ? x : z) : (y < z ? y : z);
-    r |= static_cast<std::uint32_t>(static_cast<std::uint16_t>(m)) << shift;
-  }
-  return r;
+  return extreme3_s16x2<false>(a, b, c);
 #endif
 }
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t max3_s16x2(std::uint32_t a, std::uint32_t b,
@@ -93,14 +104,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t max3_s16x2(std::uint32_t a, std
 #if QSDP_DEVICE_SPELLING
   return __vimax3_s16x2(a, b, c);
 #else
-  std::uint32_t r = 0;
-  for (unsigned shift = 0; shift < 32; shift += 16) {
-    const auto x = static_cast<std::int16_t>(a >> shift), y = static_cast<std::int16_t>(b >> shift),
-               z = static_cast<std::int16_t>(c >> shift);
-    const std::int16_t m = x > y ? (x > z ? x : z) : (y > z ? y : z);
-    r |= static_cast<std::uint32_t>(static_cast<std::uint16_t>(m)) << shift;
-  }
-  return r;
+  return extreme3_s16x2<true>(a, b, c);
 #endif
 }
 
