@@ -451,4 +451,9 @@ TEST_CASE("16-bit values' statistics in packed pairs are partial_stats' (host sp
   qsdp_test::check_paired_stats16<false>();
 }
 
+TEST_CASE("random_shift's grids from packed codes are grid_decode's floats (host spelling)") {
+  qsdp_test::check_packed_fraction_decode<8>();
+  qsdp_test::check_packed_fraction_decode<4>();
+}
+
 TEST_SUITE_END();

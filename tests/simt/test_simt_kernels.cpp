@@ -138,7 +138,9 @@ template <class Q>
 void sweep(Q q) {
   for (const std::size_t bucket : {64u, 1024u, 4096u}) {  // the one-pass kernel (aligned)
     q.bucket_size = bucket;
-    for (const std::size_t count : {0u, 1u, 4097u, 14000u}) {
+    // 4097: a last bucket of one value; 14003: a cut last span whose last group is partial, in a
+    // bucket with a range (the padded values' codes must be 0, as the host's).
+    for (const std::size_t count : {0u, 1u, 4097u, 14003u}) {
       check<Q, float>(q, count, 0, 0, count > 100);
       check<Q, __nv_bfloat16>(q, count, 0, 0, false);
     }
@@ -181,6 +183,11 @@ TEST_CASE("device spellings: 16-bit values' statistics in packed pairs are parti
   qsdp_test::check_paired_stats16<false>();
 }
 
+TEST_CASE("device spellings: random_shift's grids from packed codes are grid_decode's floats") {
+  qsdp_test::check_packed_fraction_decode<8>();
+  qsdp_test::check_packed_fraction_decode<4>();
+}
+
 TEST_CASE("emulated kernels: uniform<8> writes the host's packets") { sweep(qsdp::uniform<8>{}); }
 
 TEST_CASE("emulated kernels: uniform<4> writes the host's packets") { sweep(qsdp::uniform<4>{}); }
@@ -215,6 +222,11 @@ TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host"
   check_reduce<qsdp::uniform<2>, __nv_bfloat16>(qsdp::uniform<2>{}, 7000, 4, 6);
   check_reduce<qsdp::uniform<4>, __nv_bfloat16>(qsdp::uniform<4>{}, 9000, 4, 0, true);
   check_reduce<qsdp::stochastic<8>, __nv_bfloat16>(qsdp::stochastic<8>{}, 9000, 3, 0, true);
+  // random_shift's grids from packed codes (grid.hpp, packed_fraction_applies): 8 bits, and 4 bits
+  // in buckets too small for the shuffled table, flagged buckets among them.
+  check_reduce<qsdp::random_shift<8>, __nv_bfloat16>(qsdp::random_shift<8>{}, 9000, 8);
+  check_reduce<qsdp::random_shift<4>, float>(qsdp::random_shift<4>{.bucket_size = 256}, 5000, 3, 0,
+                                             true);
 }
 
 /// decode_accumulate of three packets (buckets 1 and 3 of the second flagged) against the host's.

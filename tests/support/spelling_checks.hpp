@@ -117,4 +117,72 @@ void check_paired_stats16() {
   CHECK(empty.hi == partial_stats{}.hi);
 }
 
+/// packed_fraction_decode is grid_decode, bit for bit, for every code of every random_shift<B> grid
+/// where packed_fraction_applies: encoder-drawn fractions (k * 2^-24) over ranges at every
+/// exponent, near FLT_MAX and of denormals; and it refuses what it cannot take (fractions off
+/// the 2^-24 grid, outside [0, 1) or NaN, grids that reach float's limit), which keep grid_decode.
+template <int B>
+void check_packed_fraction_decode() {
+  using namespace qsdp::detail;
+  std::mt19937_64 rng(2026120100 + B);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  const auto random_float = [&] {
+    float f;
+    std::uint32_t b = any_bits(rng);
+    if ((b & 0x7F800000u) == 0x7F800000u) b &= 0xBFFFFFFFu;  // finite
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+  };
+  const qsdp::random_shift<B> q;
+  std::size_t applied = 0, refused = 0, values = 0, mismatches = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    float lo = random_float(), hi = random_float();
+    if (trial % 4 == 1) hi = lo + std::ldexp(static_cast<float>(any_bits(rng) % 1000 + 1), -10);
+    if (lo > hi) std::swap(lo, hi);
+    if (trial % 8 == 2) lo = -3.0e38f, hi = 3.0e38f;  // reaches FLT_MAX: refused
+    if (trial % 8 == 3) lo = hi;                      // no range
+    const std::uint32_t k = any_bits(rng) >> 8;       // an encoder's draw
+    float shift = uniform_from_bits(k << 8);
+    bool hostile = false;
+    switch (trial % 16) {
+      case 5: shift = 1e-38f, hostile = true; break;  // not a multiple of 2^-24 (vanishes in -1)
+      case 6: shift = 0.1f, hostile = true; break;    // 13421773 * 2^-27
+      case 7: shift = 1.0f, hostile = true; break;
+      case 8: shift = -0.5f, hostile = true; break;
+      case 9: shift = std::numeric_limits<float>::quiet_NaN(), hostile = true; break;
+      case 11: shift = 1.0f - 0x1p-24f; break;  // the largest draw
+      case 10: shift = 0.0f; break;
+      default: break;
+    }
+    const value_grid g = q.value_grid_for({lo, hi, shift});
+    std::uint32_t units = 0;
+    const bool applies = packed_fraction_applies(g, units);
+    if (hostile || trial % 8 == 2) {
+      if (applies) FAIL_CHECK("applies to shift " << shift << ", range " << lo << " .. " << hi);
+      ++refused;
+      continue;
+    }
+    if (!applies) {
+      // Only data near float's limit may be refused.
+      if (std::fabs(lo) < 1e36f && std::fabs(hi) < 1e36f)
+        FAIL_CHECK("refused shift " << shift << ", range " << lo << " .. " << hi);
+      continue;
+    }
+    ++applied;
+    for (std::uint32_t code = 0; code < (1u << B); ++code, ++values) {
+      const float want = grid_decode(g, code), got = packed_fraction_decode(g, code << 24 | units);
+      std::uint32_t want_bits, got_bits;
+      std::memcpy(&want_bits, &want, 4);
+      std::memcpy(&got_bits, &got, 4);
+      if (want_bits != got_bits && ++mismatches <= 5)
+        FAIL_CHECK("code " << code << " of range " << lo << " .. " << hi << ", shift " << shift
+                           << ": packed " << got << ", grid_decode " << want);
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(applied > 1500);
+  CHECK(refused > 1000);
+  CHECK(values == applied << B);
+}
+
 }  // namespace qsdp_test

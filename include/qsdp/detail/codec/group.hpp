@@ -60,8 +60,6 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t code_at(std::uint64_t word, uns
   return static_cast<std::uint32_t>((word >> (k * B)) & ((1u << B) - 1u));
 }
 
-/// Codes of the first n (<= 8) values of group `group`, all in one finite bucket with metadata m.
-/// Values n..7 get code 0, as the host pads its last group.
 /// group_draw in double, the offset grid_code adds: the same value.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE double group_draw_offset(const philox_block& block, unsigned k) {
 #if QSDP_DEVICE_SPELLING
@@ -76,6 +74,14 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE double group_draw_offset(const philox_block& 
 #endif
 }
 
+/// Whether Q is a built-in policy, whose decode is grid_decode on its value_grid_for: the kernels
+/// may then evaluate the grid another way that gives the same floats (packed_fraction_decode).
+template <class Q>
+inline constexpr bool decodes_on_grid = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &&
+                                        requires(const Q& q, const typename Q::meta_type& m) {
+  { q.value_grid_for(m) } -> std::same_as<value_grid>;
+};
+
 /// Whether Q is a built-in policy, whose encode is grid_code on its code_grid_for (quantizers.hpp):
 /// the kernels then evaluate the grid directly, with the draw built in double.
 template <class Q>
@@ -84,7 +90,8 @@ inline constexpr bool encodes_on_grid = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &
   { q.code_grid_for(m) } -> std::same_as<code_grid>;
 };
 
-/// The same with the group's Philox block already drawn (read only by randomized policies). Codes
+/// encode_group's codes with the group's Philox block already drawn (read only by randomized
+/// policies). Codes
 /// of widths up to 4 are placed in 32 bits (a group's 8B bits fit, and what a contract-breaking
 /// code would push beyond them is not stored either way).
 template <class Q>
@@ -112,6 +119,8 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
   return word;
 }
 
+/// Codes of the first n (<= 8) values of group `group`, all in one finite bucket with metadata m.
+/// Values n..7 get code 0, as the host pads its last group.
 template <class Q>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group(const Q& q, const float* x,
                                                               unsigned n,

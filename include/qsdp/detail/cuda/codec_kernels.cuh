@@ -383,11 +383,23 @@ __global__ void __launch_bounds__(fast_encode_block)
       philox_block blocks[groups_per_span] = {};  // the four groups' draws, generated together
       if constexpr (randomized_elements<Q>())
         key.blocks(draw_domain::element, s * groups_per_span, blocks);
-      if (n == span_values) {  // whole groups: no per-value test
+      if (randomized_elements<Q>() || n == span_values) {
+        // Every value of the span is encoded, those past the count (zeros) too, and their codes
+        // are cleared afterwards (the host pads with code 0). With per-value draws that is one
+        // version of the per-value work: nvcc no longer splits the Philox rounds between a
+        // whole-span and a cut-span copy, recomputing products in each (34 of 114 multiplies).
         QSDP_UNROLL
         for (unsigned g = 0; g < groups_per_span; ++g)
           words[g] = encode_group_drawn(q, v + g * group_values, group_values, m, blocks[g]);
-      } else {
+        if (n < span_values) {
+          QSDP_UNROLL
+          for (unsigned g = 0; g < groups_per_span; ++g) {
+            const unsigned in_group = n > g * group_values ? n - g * group_values : 0;
+            if (in_group < group_values)
+              words[g] &= (std::uint64_t{1} << (in_group * static_cast<unsigned>(B))) - 1u;
+          }
+        }
+      } else {  // the cut last span of a policy without draws: no value past the count encoded
         QSDP_UNROLL
         for (unsigned g = 0; g < groups_per_span; ++g) {
           const unsigned in_group = n > g * group_values ? n - g * group_values : 0;
@@ -692,18 +704,20 @@ __device__ QSDP_FORCE_INLINE std::uint64_t span_group_word(const std::uint32_t (
   return B == 8 ? word : word & ((std::uint64_t{1} << (8 * B)) - 1);
 }
 
-/// The 32 values of span s of one packet (flagged buckets and bad packets: NaN).
-template <class Q>
+/// The 32 values of span s of one packet (flagged buckets and bad packets: NaN), value k handed to
+/// take(k, value). (Taken at once rather than returned in an array: a NaN-filled array was filled
+/// before the test, 32 moves on every packet's path.)
+template <class Q, class Take>
 __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packet,
                                               const packet_layout& l, std::uint64_t s,
-                                              int log2_bucket, bool ok, float (&v)[span_values]) {
+                                              int log2_bucket, bool ok, Take&& take) {
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   const std::uint64_t b = (s * span_values) >> log2_bucket;
   const auto* flags = reinterpret_cast<const std::uint8_t*>(packet + l.flags_offset);
   if (!ok || bucket_flagged(flags, b)) {
     QSDP_UNROLL
-    for (unsigned k = 0; k < span_values; ++k) v[k] = quiet_nan();
+    for (unsigned k = 0; k < span_values; ++k) take(k, quiet_nan());
     return;
   }
   const meta_type m = load_meta_aligned<meta_type>(packet, l, b);
@@ -712,6 +726,28 @@ __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packe
   if constexpr (32 % B == 0) {
     // Widths that divide 32: code k lies inside word k * B / 32; 32-bit shifts (a byte permute for
     // B = 8) instead of the 64-bit ones of a group's word.
+    if constexpr (decodes_on_grid<Q>) {
+      // A fractional grid (random_shift's) from packed codes where it may (grid.hpp,
+      // packed_fraction_applies): for B = 8 one byte permute puts the code above the fraction.
+      const value_grid g = q.value_grid_for(m);
+      std::uint32_t units;
+      if (g.fractional && packed_fraction_applies(g, units)) {
+        QSDP_UNROLL
+        for (unsigned k = 0; k < span_values; ++k) {
+          const std::uint32_t word = w[k * B / 32];
+          const unsigned shift = k * B % 32;
+          std::uint32_t packed;
+#if QSDP_DEVICE_SPELLING
+          if constexpr (B == 8)
+            packed = __byte_perm(word, units, 0x0654u | (shift / 8) << 12);
+          else
+#endif
+            packed = ((word >> shift) & ((1u << B) - 1u)) << 24 | units;
+          take(k, packed_fraction_decode(g, packed));
+        }
+        return;
+      }
+    }
     QSDP_UNROLL
     for (unsigned k = 0; k < span_values; ++k) {
       const std::uint32_t word = w[k * B / 32];
@@ -726,7 +762,7 @@ __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packe
       } else {
         code = (word >> shift) & ((1u << B) - 1u);
       }
-      v[k] = q.decode(code, m);
+      take(k, q.decode(code, m));
     }
   } else {
     QSDP_UNROLL
@@ -734,7 +770,7 @@ __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packe
       const std::uint64_t word = span_group_word<B>(w, j);
       QSDP_UNROLL
       for (unsigned k = 0; k < group_values; ++k)
-        v[j * group_values + k] = q.decode(code_at<B>(word, k), m);
+        take(j * group_values + k, q.decode(code_at<B>(word, k), m));
     }
   }
 }
@@ -1013,14 +1049,6 @@ inline constexpr bool stores_16_bit = false;
 template <class T>
 inline constexpr bool stores_16_bit<store_sink<T>> = sizeof(T) == 2;
 
-/// Folds one packet's 32 values in (fold_value).
-template <class Sink>
-__device__ QSDP_FORCE_INLINE void span_add(const Sink&, float (&a)[span_values],
-                                           const float (&v)[span_values]) {
-  QSDP_UNROLL
-  for (unsigned k = 0; k < span_values; ++k) fold_value<Sink>(a[k], v[k]);
-}
-
 /// Decodes the first `spans` spans of `packet_count` packets into the sink (see the section
 /// comment); Shuffled: through the shuffled table (shuffled_width, buckets of >= 512 values). The
 /// output starts `skew` bytes past a 16-byte boundary (store_span_words).
@@ -1043,9 +1071,8 @@ __global__ void __launch_bounds__(codec_block)
         if constexpr (Shuffled) {
           add_span_shuffled<Sink>(q, packets + p * packet_bytes, l, s, log2_bucket, ok, a);
         } else {
-          float v[span_values];
-          decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok, v);
-          span_add(sink, a, v);
+          decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok,
+                      [&](unsigned k, float value) { fold_value<Sink>(a[k], value); });
         }
       };
       if constexpr (Sink::adds) {
