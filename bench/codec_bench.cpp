@@ -148,6 +148,13 @@ int main(int argc, char** argv) {
   register_policy("symmetric<2>", qsdp::symmetric<2>{});
   register_policy("random_shift<2>", qsdp::random_shift<2>{.seed = 1});
   register_policy("identity", qsdp::identity{});
+  // Rotated buckets (issue 17's goal: encode >= 0.5 of memcpy), next to plain stochastic<4> at the
+  // same bucket size.
+  register_policy("hadamard<stochastic<4>>",
+                  qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 1024, .seed = 1}});
+  register_policy("hadamard<stochastic<4>>/256",
+                  qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 256, .seed = 1}});
+  register_policy("stochastic<4>/256", qsdp::stochastic<4>{.bucket_size = 256, .seed = 1});
 
   std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s\n", g_values,
               g_values * 4.0 / 1048576, qsdp::host_codec_isa());
@@ -162,18 +169,20 @@ int main(int argc, char** argv) {
                                                {"decode/uniform<8>", 0.7},
                                                {"encode/symmetric<8>", 0.6},
                                                {"decode/symmetric<8>", 0.7},
-                                               {"encode/stochastic<8>", 0.5}};
+                                               {"encode/stochastic<8>", 0.5},
+                                               {"encode/hadamard<stochastic<4>>", 0.5},
+                                               {"encode/hadamard<stochastic<4>>/256", 0.5}};
   std::printf("\nratio to memcpy (medians; memcpy %.2f GB/s, bytes read + written)\n",
               ceiling / 1e9);
-  std::printf("%-24s %10s %8s %8s %s\n", "benchmark", "GB/s", "ratio", "goal", "");
+  std::printf("%-34s %10s %8s %8s %s\n", "benchmark", "GB/s", "ratio", "goal", "");
   for (const auto& [name, bps] : m) {
     if (name == "memcpy") continue;
     const auto goal = goals.find(name);
     const double ratio = bps / ceiling;
     if (goal == goals.end())
-      std::printf("%-24s %10.2f %8.2f %8s\n", name.c_str(), bps / 1e9, ratio, "-");
+      std::printf("%-34s %10.2f %8.2f %8s\n", name.c_str(), bps / 1e9, ratio, "-");
     else
-      std::printf("%-24s %10.2f %8.2f %8.2f %s\n", name.c_str(), bps / 1e9, ratio, goal->second,
+      std::printf("%-34s %10.2f %8.2f %8.2f %s\n", name.c_str(), bps / 1e9, ratio, goal->second,
                   ratio >= goal->second ? "met" : "MISSED");
   }
   return 0;

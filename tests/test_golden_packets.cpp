@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Golden packets: small packets of every built-in policy at every bit width, for every element
-// type, compared byte for byte with the hex committed in tests/golden/packets.txt, and the values
-// they decode to, bit for bit. Refactors of the codec must not change a single byte of what goes on
-// the wire (peers running another build would then disagree); a deliberate change of the format
-// bumps the packet version and regenerates the file:
+// Golden packets: small packets of every built-in policy at every bit width (and of hadamard<>
+// over five of them), for every element type, compared byte for byte with the hex committed in
+// tests/golden/packets.txt, and the values they decode to, bit for bit. Refactors of the codec must
+// not change a single byte of what goes on the wire (peers running another build would then
+// disagree); a deliberate change of the format bumps the packet version and regenerates the file:
 //
 //   QSDP_WRITE_GOLDEN=tests/golden/packets.txt build/release/tests/qsdp_tests -tc='golden*'
 //
@@ -113,6 +113,17 @@ void add_entries(std::map<std::string, std::string>& out) {
     };
     qsdp_test::for_each_policy(c.bucket, 7, [&](auto q) { add(q, qsdp_test::describe(q)); });
     add(qsdp::identity{}, "identity");
+    if (qsdp::detail::hadamard_bucket_ok(c.bucket)) {  // rotated buckets: a power of two
+      add(qsdp::hadamard<qsdp::uniform<4>>{{.bucket_size = c.bucket}, 7}, "hadamard<uniform<4>>");
+      add(qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = c.bucket, .seed = 7}},
+          "hadamard<stochastic<4>>");
+      add(qsdp::hadamard<qsdp::stochastic<8>>{{.bucket_size = c.bucket, .seed = 7}},
+          "hadamard<stochastic<8>>");
+      add(qsdp::hadamard<qsdp::symmetric<2>>{{.bucket_size = c.bucket}, 7},
+          "hadamard<symmetric<2>>");
+      add(qsdp::hadamard<qsdp::random_shift<4>>{{.bucket_size = c.bucket, .seed = 7}},
+          "hadamard<random_shift<4>>");
+    }
   }
 }
 
@@ -157,8 +168,9 @@ TEST_CASE("golden packets: every built-in policy and width writes the committed 
   }
   const std::map<std::string, std::string> committed = read_committed();
 #if QSDP_HAS_CUDA_HALF
-  // 31 policies and identity, 2 cases, 4 element types, a packet and its decoded values each.
-  CHECK(committed.size() == 32 * 2 * 4 * 2);
+  // 31 policies and identity, 2 cases, 4 element types, a packet and its decoded values each; and
+  // 5 rotated policies in the case whose bucket size hadamard takes.
+  CHECK(committed.size() == (32 * 2 + 5) * 4 * 2);
 #endif
   // Every host path: the AVX-512 and AVX2 loops (where the CPU has them) and the baseline loops.
   for (const int path : {0, 1, 2}) {

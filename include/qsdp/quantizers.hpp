@@ -21,6 +21,7 @@
 
 #include "config.hpp"
 #include "detail/codec/grid.hpp"
+#include "detail/codec/hadamard.hpp"
 #include "detail/codec/policy_traits.hpp"
 
 namespace qsdp {
@@ -225,5 +226,71 @@ constexpr const char* policy_name() {
   else
     return "user-defined";
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Rotated buckets.
+// ---------------------------------------------------------------------------------------------------
+
+namespace detail {
+
+template <class Q>
+concept seeded_policy = requires(const Q& q) {
+  q.seed;
+  q.calls.advance();
+};
+
+/// "hadamard<" + the inner policy's name + ">", as a constant.
+template <class Inner>
+inline constexpr auto hadamard_name = [] {
+  struct text {
+    char chars[64]{};
+  } t;
+  const char* parts[] = {"hadamard<", policy_name<Inner>(), ">"};
+  std::size_t n = 0;
+  for (const char* part : parts)
+    for (const char* c = part; *c != '\0' && n + 1 < sizeof t.chars; ++c) t.chars[n++] = *c;
+  return t;
+}();
+
+}  // namespace detail
+
+// What every hadamard<Inner> states: Inner is a quantizer, not rotated already; its own wire id.
+#define QSDP_DETAIL_HADAMARD_MEMBERS(Inner)                                                      \
+  static_assert(quantizer<Inner>,                                                                \
+                "qsdp::hadamard<Inner>: Inner must be a quantizer policy (not qsdp::identity)"); \
+  static_assert(!detail::rotated<Inner>(), "qsdp::hadamard<Inner>: Inner is rotated already");   \
+  static constexpr bool hadamard_rotated = true;                                                 \
+  static constexpr std::uint8_t wire_id = detail::hadamard_id_bit | detail::wire_id<Inner>();    \
+  static constexpr const char* name = detail::hadamard_name<Inner>.chars;                        \
+  using inner_policy = Inner;
+
+/// Randomized Hadamard rotation of every bucket before the inner policy quantizes it (SDP4Bit's
+/// gradient rotation): the bucket's values are multiplied by random signs (Philox, fresh per call,
+/// reproducible from seed and call index) and transformed by a fast Walsh-Hadamard transform, so an
+/// outlier spreads over the bucket instead of stretching its grid; decoding transforms back
+/// (detail/codec/hadamard.hpp states the transform). An aggregate whose base is the inner policy:
+///
+///   qsdp::hadamard<qsdp::stochastic<4>> g{{.bucket_size = 256, .seed = 7}};
+///
+/// bucket_size must be a power of two from 16 to 4096 (the codec throws qsdp::error otherwise); a
+/// short last bucket is rotated in power-of-two pieces (64 + 32 + 4 for 100 values), so any count
+/// works and the packet holds as many codes as Inner's, plus 16 bytes for the rotation's seed and
+/// call index. Unbiased whenever Inner is (the rotation is linear and exactly inverted, up to float
+/// rounding); Inner's error bound holds for the rotated values, and the decoded error has the same
+/// L2 norm. A bucket holding NaN or inf still decodes to NaN. A policy without a seed of its own
+/// (uniform, symmetric, user policies) gets `seed` and `calls` members here.
+template <class Inner>
+struct hadamard : Inner {
+  QSDP_DETAIL_HADAMARD_MEMBERS(Inner)
+};
+
+template <class Inner>
+requires(!detail::seeded_policy<Inner>) struct hadamard<Inner> : Inner {
+  QSDP_DETAIL_HADAMARD_MEMBERS(Inner)
+  std::uint64_t seed = 0;
+  call_counter calls{};
+};
+
+#undef QSDP_DETAIL_HADAMARD_MEMBERS
 
 }  // namespace qsdp

@@ -32,6 +32,11 @@ void check_bucket_size(const Q& q, const char* where) {
     if (q.bucket_size > max_packet_count)
       throw qsdp::error(std::string(where) + ": bucket_size is " + std::to_string(q.bucket_size) +
                         "; expected at most 2^56");
+    if (rotated<Q>() && !hadamard_bucket_ok(q.bucket_size))
+      throw qsdp::error(std::string(where) + ": bucket_size is " + std::to_string(q.bucket_size) +
+                        "; " + policy_name<Q>() +
+                        " needs a power of two from 16 to 4096 (the Walsh-Hadamard transform's "
+                        "length)");
   }
 }
 
@@ -57,9 +62,9 @@ packet_layout validated_layout(const Q& q, const std::byte* packet, std::size_t 
   const packet_header h = read_header(packet);
   check_header(h, expectation_for(q, count, element), where);
   const packet_layout l =
-      is_identity<Q>
-          ? make_layout(h.bits, 0, 0, count)
-          : make_layout(h.bits, h.meta_size, static_cast<std::size_t>(h.bucket_size), count);
+      is_identity<Q> ? make_layout(h.bits, 0, 0, count)
+                     : make_layout(h.bits, h.meta_size, static_cast<std::size_t>(h.bucket_size),
+                                   count, rotation_bytes(h.quantizer_id));
   if (available < l.total)
     throw qsdp::error(std::string(where) + ": packet buffer holds " + std::to_string(available) +
                       " bytes, but a packet of " + std::to_string(count) + " values needs " +
@@ -71,7 +76,7 @@ inline constexpr std::size_t unknown_size = ~std::size_t{0};
 
 template <class Q>
 rng_key next_key(const Q& q) {
-  if constexpr (randomized_elements<Q>() || randomized_buckets<Q>()) {
+  if constexpr (randomized_elements<Q>() || randomized_buckets<Q>() || rotated<Q>()) {
     static_assert(
         requires { q.calls.advance(); },
         "qsdp::encode: a randomized policy needs a member `qsdp::call_counter calls` so that "

@@ -17,6 +17,7 @@
 #include "../../config.hpp"
 #include "../../quantizers.hpp"
 #include "float_types.hpp"
+#include "hadamard.hpp"
 
 namespace qsdp::detail {
 
@@ -57,10 +58,13 @@ struct packet_layout {
 /// Largest count a packet may describe: keeps every size computation below far from overflow.
 inline constexpr std::uint64_t max_packet_count = std::uint64_t{1} << 56;
 
+/// `rotation` is the bytes of the rotation record between the header and the metadata
+/// (rotation_bytes: 16 for hadamard<> packets, else 0).
 QSDP_HOST_DEVICE constexpr packet_layout make_layout(std::size_t bits, std::size_t meta_size,
-                                                     std::size_t bucket_size, std::size_t count) {
+                                                     std::size_t bucket_size, std::size_t count,
+                                                     std::size_t rotation = 0) {
   packet_layout l;
-  l.meta_offset = sizeof(packet_header);
+  l.meta_offset = sizeof(packet_header) + rotation;
   if (bucket_size == 0) {  // identity: raw values, no buckets
     l.flags_offset = l.codes_offset = l.meta_offset;
     l.code_bytes = count * (bits / 8);
@@ -89,6 +93,11 @@ inline std::string hex32(std::uint32_t v) {
 
 inline const char* quantizer_id_name(std::uint8_t id) {
   switch (id) {
+    case hadamard_id_bit | 0: return "hadamard<user-defined>";
+    case hadamard_id_bit | 1: return "hadamard<uniform>";
+    case hadamard_id_bit | 2: return "hadamard<stochastic>";
+    case hadamard_id_bit | 3: return "hadamard<symmetric>";
+    case hadamard_id_bit | 4: return "hadamard<random_shift>";
     case 0: return "user-defined";
     case 1: return "uniform";
     case 2: return "stochastic";
@@ -219,7 +228,8 @@ QSDP_HOST_DEVICE packet_layout layout_for(const Q& q, std::size_t count) {
   if constexpr (is_identity<Q>)
     return make_layout(8 * sizeof(T), 0, 0, count);
   else
-    return make_layout(Q::bits, sizeof(typename Q::meta_type), q.bucket_size, count);
+    return make_layout(Q::bits, sizeof(typename Q::meta_type), q.bucket_size, count,
+                       rotation_bytes(wire_id<Q>()));
 }
 
 /// Writes what a packet header and a call descriptor both say about the encoder: the policy

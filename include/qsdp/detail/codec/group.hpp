@@ -77,7 +77,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE double group_draw_offset(const philox_block& 
 /// Whether Q is a built-in policy, whose decode is grid_decode on its value_grid_for: the kernels
 /// may then evaluate the grid another way that gives the same floats (packed_fraction_decode).
 template <class Q>
-inline constexpr bool decodes_on_grid = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &&
+inline constexpr bool decodes_on_grid = builtin_grid_id<Q>() &&
                                         requires(const Q& q, const typename Q::meta_type& m) {
   { q.value_grid_for(m) } -> std::same_as<value_grid>;
 };
@@ -85,7 +85,7 @@ inline constexpr bool decodes_on_grid = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &
 /// Whether Q is a built-in policy, whose encode is grid_code on its code_grid_for (quantizers.hpp):
 /// the kernels then evaluate the grid directly, with the draw built in double.
 template <class Q>
-inline constexpr bool encodes_on_grid = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &&
+inline constexpr bool encodes_on_grid = builtin_grid_id<Q>() &&
                                         requires(const Q& q, const typename Q::meta_type& m) {
   { q.code_grid_for(m) } -> std::same_as<code_grid>;
 };

@@ -132,6 +132,23 @@ consteval std::uint8_t wire_id() {
     return 0;  // user-defined
 }
 
+/// Whether Q rotates its buckets before quantizing (qsdp::hadamard<Inner>).
+template <class Q>
+consteval bool rotated() {
+  if constexpr (requires { Q::hadamard_rotated; })
+    return Q::hadamard_rotated;
+  else
+    return false;
+}
+
+/// Whether Q's wire id is that of a built-in grid policy (uniform, stochastic, symmetric,
+/// random_shift), alone or inside hadamard<>: the codec's fast paths evaluate those grids.
+template <class Q>
+consteval bool builtin_grid_id() {
+  const unsigned id = wire_id<Q>() & 0x7Fu;
+  return id >= 1 && id <= 4;
+}
+
 template <class Q>
 consteval std::uint32_t wire_tag() {
   if constexpr (requires { Q::wire_tag; })

@@ -25,6 +25,8 @@
 #include "../../quantizers.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/grid.hpp"
+#include "../codec/group.hpp"
+#include "../codec/hadamard.hpp"
 #include "../codec/philox.hpp"
 #include "../codec/statistics.hpp"
 
@@ -553,15 +555,215 @@ QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, cons
   }
 }
 
-/// Whether these loops serve policy Q: the built-in policies, which state their math as grids. A
-/// user policy runs the generic loops, whatever members it has: its encode and decode are the
-/// contract.
-template <class Q>
-inline constexpr bool has_grids = wire_id<Q>() >= 1 && wire_id<Q>() <= 4 &&
-                                  requires(const Q& q, const typename Q::meta_type& m) {
-  { q.code_grid_for(m) } -> std::same_as<code_grid>;
-  { q.value_grid_for(m) } -> std::same_as<value_grid>;
+// ---- hadamard<Inner>'s rotation (detail/codec/hadamard.hpp states it; these loops perform the
+// same IEEE operations in the same order, eight values per instruction) ----
+
+/// Eight sign masks (0x80000000 where the value is negative) from a byte of sign bits, bit j for
+/// lane j.
+QSDP_AVX2_INLINE __m256 sign_masks8(std::uint64_t byte) {
+  const __m256i lanes = _mm256_sllv_epi32(_mm256_set1_epi32(static_cast<int>(byte & 0xFF)),
+                                          _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24));
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(lanes, _mm256_set1_epi32(static_cast<std::int32_t>(0x80000000u))));
+}
+
+/// The butterfly stages of stride 1, 2 and 4 within eight values (hadamard_butterflies' first
+/// three stages). In each, a lane's partner is brought alongside by a permute, and
+/// fma(v, +-1, partner) is the lower lane's v + partner and the upper lane's partner - v, the
+/// scalar stage's a + b and a - b with their one rounding.
+QSDP_AVX2_INLINE __m256 butterflies8(__m256 v) {
+  v = _mm256_fmadd_ps(v, _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1), _mm256_permute_ps(v, 0xB1));
+  v = _mm256_fmadd_ps(v, _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1), _mm256_permute_ps(v, 0x4E));
+  return _mm256_fmadd_ps(v, _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1),
+                         _mm256_permute2f128_ps(v, v, 0x01));
+}
+
+/// The sign bits of a bucket's values (at most 4096) as 64-bit words, value i's at bit i % 64 of
+/// word i / 64 (sign_bits' low and high halves in turn), fetched once per bucket.
+struct bucket_signs {
+  std::uint64_t words[hadamard_max_bucket / 64 + 2];
+  std::uint64_t first_word;
+  /// The masks of values i .. i + 7 (i % 8 == 0).
+  QSDP_AVX2_INLINE __m256 masks8(std::uint64_t i) const {
+    return sign_masks8(words[i / 64 - first_word] >> (i % 64));
+  }
 };
+
+QSDP_AVX2_INLINE void fetch_signs(bucket_signs& s, std::size_t n, std::uint64_t first,
+                                  const rotation_record& r) {
+  s.first_word = first / 128 * 2;
+  for (std::uint64_t b = first / 128; b <= (first + n - 1) / 128; ++b) {
+    const sign_bits bits = signs_of_block(r, b);
+    s.words[2 * b - s.first_word] = bits.low;
+    s.words[2 * b + 1 - s.first_word] = bits.high;
+  }
+}
+
+/// The butterfly stages of strides h, 2h, ..., 2^(S-1) h on the 2^S vectors x[t] (values t * h
+/// apart), each stage as the scalar one: the lower vector of a pair gets a + b, the upper a - b.
+template <int S>
+QSDP_AVX2_INLINE void vector_stages(__m256 (&x)[8]) {
+  QSDP_AVX2_UNROLL_8
+  for (int level = 0; level < S; ++level) {
+    const int d = 1 << level;
+    QSDP_AVX2_UNROLL_8
+    for (int t = 0; t < (1 << S); ++t) {
+      if (t & d) continue;
+      const __m256 a = x[t], b = x[t + d];
+      x[t] = _mm256_add_ps(a, b);
+      x[t + d] = _mm256_sub_ps(a, b);
+    }
+  }
+}
+
+/// One pass over a piece of p values: the first pass (FirstPass) loads 2^S consecutive vectors,
+/// applies `prologue` to each and the stages of strides 1, 2, 4 within it (butterflies8), then
+/// strides 8 .. 2^(S-1) 8 across them; a later pass runs strides h .. 2^(S-1) h (h >= 64) on
+/// vectors h apart. `epilogue` is applied to every vector before it is stored (the last pass of
+/// an inverse). Both get the vector and the index of its first value in the piece.
+template <int S, bool FirstPass, class Prologue, class Epilogue>
+QSDP_AVX2_INLINE void rotation_pass(const float* from, float* v, std::size_t p, std::size_t h,
+                                    const Prologue& prologue, const Epilogue& epilogue) {
+  constexpr int vectors = 1 << S;
+  const std::size_t stride = FirstPass ? 8 : h, span = stride * vectors;
+  for (std::size_t block = 0; block < p; block += span) {
+    if constexpr (FirstPass)  // the input stream, as the encode loops prefetch theirs
+      for (std::size_t line = 0; line < span; line += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(from + block + line + prefetch_distance),
+                     _MM_HINT_T0);
+    for (std::size_t o = 0; o < stride; o += 8) {
+      __m256 x[8];
+      QSDP_AVX2_UNROLL_8
+      for (int t = 0; t < vectors; ++t) {
+        const std::size_t j = block + o + static_cast<std::size_t>(t) * stride;
+        if constexpr (FirstPass)
+          x[t] = butterflies8(prologue(_mm256_loadu_ps(from + j), j));
+        else
+          x[t] = _mm256_load_ps(v + j);
+      }
+      vector_stages<S>(x);
+      QSDP_AVX2_UNROLL_8
+      for (int t = 0; t < vectors; ++t) {
+        const std::size_t j = block + o + static_cast<std::size_t>(t) * stride;
+        _mm256_store_ps(v + j, epilogue(x[t], j));
+      }
+    }
+  }
+}
+
+/// rotation_pass with its number of strides chosen at run time.
+template <class Prologue, class Epilogue>
+QSDP_AVX2_INLINE void rotation_pass(int stages, const float* from, float* v, std::size_t p,
+                                    std::size_t h, bool first_pass, const Prologue& prologue,
+                                    const Epilogue& epilogue) {
+  if (first_pass) {
+    switch (stages) {
+      case 0: return rotation_pass<0, true>(from, v, p, h, prologue, epilogue);
+      case 1: return rotation_pass<1, true>(from, v, p, h, prologue, epilogue);
+      case 2: return rotation_pass<2, true>(from, v, p, h, prologue, epilogue);
+      default: return rotation_pass<3, true>(from, v, p, h, prologue, epilogue);
+    }
+  }
+  switch (stages) {
+    case 1: return rotation_pass<1, false>(from, v, p, h, prologue, epilogue);
+    case 2: return rotation_pass<2, false>(from, v, p, h, prologue, epilogue);
+    default: return rotation_pass<3, false>(from, v, p, h, prologue, epilogue);
+  }
+}
+
+/// What a pass does to a vector as it loads or stores it (lambdas would not carry the loops'
+/// target attribute).
+struct pass_through {
+  QSDP_AVX2_INLINE __m256 operator()(__m256 x, std::size_t) const { return x; }
+};
+struct scale_by {
+  __m256 scale;
+  QSDP_AVX2_INLINE __m256 operator()(__m256 x, std::size_t) const {
+    return _mm256_mul_ps(x, scale);
+  }
+};
+/// x * scale with value `at + j`'s sign: the forward's first step, and the inverse's last (then
+/// saturated where Saturate).
+template <bool Saturate>
+struct scale_and_sign {
+  __m256 scale;
+  const bucket_signs* signs;
+  std::uint64_t at;
+  QSDP_AVX2_INLINE __m256 operator()(__m256 x, std::size_t j) const {
+    x = _mm256_xor_ps(_mm256_mul_ps(x, scale), signs->masks8(at + j));
+    // saturate_infinite: MAXPS and MINPS return their second operand when one is NaN, so NaN
+    // passes as in the scalar statement.
+    if constexpr (Saturate)
+      x = _mm256_min_ps(_mm256_set1_ps(3.40282346638528859812e+38f),
+                        _mm256_max_ps(_mm256_set1_ps(-3.40282346638528859812e+38f), x));
+    return x;
+  }
+};
+
+/// Every stage of a piece of p >= 8 values in passes of up to three strides: the first pass with
+/// the in-vector strides, reading `from` (which may be v itself, or unaligned), each later one on
+/// vectors further apart; `epilogue` on the last pass.
+template <class Prologue, class Epilogue>
+QSDP_AVX2_INLINE void rotate_piece(const float* from, float* v, std::size_t p,
+                                   const Prologue& prologue, const Epilogue& epilogue) {
+  std::size_t h = 8;  // the next stride to run
+  bool first_pass = true;
+  while (first_pass || h < p) {
+    const std::size_t left = first_pass ? p / 8 : p / h;  // vectors a full run would combine
+    const int stages = left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0;
+    if ((h << stages) >= p)
+      rotation_pass(stages, from, v, p, h, first_pass, prologue, epilogue);
+    else
+      rotation_pass(stages, from, v, p, h, first_pass, prologue, pass_through{});
+    h <<= stages;
+    first_pass = false;
+  }
+}
+
+/// hadamard_forward of a bucket of n values read from `from` (any alignment; may be v) into v
+/// (32-byte aligned), first % 8 == 0: the pieces of 8 values and more here, the smaller ones of a
+/// short bucket's tail by the scalar statement.
+QSDP_AVX2_LOOP void hadamard_forward(const float* from, float* v, std::size_t n,
+                                     std::uint64_t first, const rotation_record& r) {
+  bucket_signs signs;
+  fetch_signs(signs, n, first, r);
+  std::size_t start = 0;
+  for (; start < n && hadamard_piece(n - start) >= 8;) {
+    const std::size_t p = hadamard_piece(n - start);
+    const scale_and_sign<false> prologue{_mm256_set1_ps(1.0f / static_cast<float>(p)), &signs,
+                                         first + start};
+    rotate_piece(from + start, v + start, p, prologue, pass_through{});
+    start += p;
+  }
+  if (start < n) {
+    if (from != v) std::memcpy(v + start, from + start, (n - start) * sizeof(float));
+    detail::hadamard_forward(v + start, n - start, first + start, r);
+  }
+}
+
+/// hadamard_inverse<Saturate> of a bucket (hadamard_forward's conditions).
+template <bool Saturate>
+QSDP_AVX2_LOOP void hadamard_inverse(float* v, std::size_t n, std::uint64_t first,
+                                     const rotation_record& r) {
+  bucket_signs signs;
+  fetch_signs(signs, n, first, r);
+  std::size_t start = 0;
+  for (; start < n && hadamard_piece(n - start) >= 8;) {
+    const std::size_t p = hadamard_piece(n - start);
+    const scale_and_sign<Saturate> epilogue{_mm256_set1_ps(static_cast<float>(p)), &signs,
+                                            first + start};
+    rotate_piece(v + start, v + start, p, scale_by{_mm256_set1_ps(1.0f / static_cast<float>(p))},
+                 epilogue);
+    start += p;
+  }
+  if (start < n) detail::hadamard_inverse<Saturate>(v + start, n - start, first + start, r);
+}
+
+/// Whether these loops serve policy Q: the built-in policies (alone or inside hadamard<>), which
+/// state their math as grids. A user policy runs the generic loops, whatever members it has: its
+/// encode and decode are the contract.
+template <class Q>
+inline constexpr bool has_grids = encodes_on_grid<Q>&& decodes_on_grid<Q>;
 
 }  // namespace qsdp::detail::avx2
 

@@ -33,6 +33,10 @@ void encode_packet(const Q& q, const T* src, std::size_t count, std::byte* packe
   const packet_layout l = layout_for<Q, T>(q, count);
   const packet_header h = make_header<Q, T>(q, count);
   std::memcpy(packet, &h, sizeof h);
+  if constexpr (rotated<Q>()) {
+    const rotation_record r{key.seed, key.call};
+    std::memcpy(packet + sizeof h, &r, sizeof r);
+  }
   if constexpr (is_identity<Q>) {
     if (count) std::memcpy(packet + l.codes_offset, src, count * sizeof(T));
     std::memset(packet + l.codes_offset + l.code_bytes, 0, l.total - l.codes_offset - l.code_bytes);
@@ -165,6 +169,19 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
     const std::string where = "qsdp::decode_accumulate (packet " + std::to_string(p) + ")";
     detail::validated_layout(q, packets + p * first.total, count, element, detail::unknown_size,
                              where.c_str());
+  }
+  if constexpr (detail::rotated<Q>()) {
+    // Packets rotated alike (a reduce-scatter's: same seed and call) are summed before the inverse
+    // transform, which then runs once per bucket instead of once per packet.
+    bool alike = true;
+    for (std::size_t p = 1; p < packet_count; ++p)
+      alike = alike && std::memcmp(packets + sizeof(detail::packet_header),
+                                   packets + p * first.total + sizeof(detail::packet_header),
+                                   sizeof(detail::rotation_record)) == 0;
+    if (alike) {
+      detail::run_accumulate_rotated(q, packets, packet_count, first.total, first, count, acc);
+      return;
+    }
   }
   constexpr std::size_t chunk = 4 * detail::host_segment;
   for (std::size_t begin = 0; begin < count; begin += chunk) {

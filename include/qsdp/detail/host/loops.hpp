@@ -21,6 +21,7 @@
 #include "../codec/float_types.hpp"
 #include "../codec/format.hpp"
 #include "../codec/group.hpp"
+#include "../codec/hadamard.hpp"
 #include "../codec/philox.hpp"
 #include "../codec/statistics.hpp"
 
@@ -126,23 +127,24 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
   }
 #endif
 
-  for (std::size_t b = 0; b < l.buckets; ++b) {
-    const std::size_t begin = b * bucket_size;
-    const std::size_t n = std::min(bucket_size, count - begin);
+  // Bucket b: n values from `bucket` (of type V: T, or float for a rotated bucket), which are the
+  // packet's values begin .. begin + n - 1.
+  const auto encode_bucket = [&]<class V>(const V* bucket, std::size_t b, std::size_t begin,
+                                          std::size_t n) {
     partial_stats stats;
 #if QSDP_HOST_X86_DISPATCH
-    if constexpr (Avx512 && std::is_same_v<T, float>) {
-      stats = avx512::scan_values<false>(src + begin, n);
-    } else if constexpr (Avx512 && element_traits<T>::tag == element_type::bf16) {
-      stats = avx512::scan_values<true>(src + begin, n);
-    } else if constexpr (Avx2 && std::is_same_v<T, float>) {
-      stats = avx2::scan_values<false>(src + begin, n);
-    } else if constexpr (Avx2 && element_traits<T>::tag == element_type::bf16) {
-      stats = avx2::scan_values<true>(src + begin, n);
+    if constexpr (Avx512 && std::is_same_v<V, float>) {
+      stats = avx512::scan_values<false>(bucket, n);
+    } else if constexpr (Avx512 && element_traits<V>::tag == element_type::bf16) {
+      stats = avx512::scan_values<true>(bucket, n);
+    } else if constexpr (Avx2 && std::is_same_v<V, float>) {
+      stats = avx2::scan_values<false>(bucket, n);
+    } else if constexpr (Avx2 && element_traits<V>::tag == element_type::bf16) {
+      stats = avx2::scan_values<true>(bucket, n);
     } else
 #endif
     {
-      stats = scan_bucket(src + begin, n);
+      stats = scan_bucket(bucket, n);
     }
     meta_type m{};
     if (!stats.finite()) {
@@ -155,7 +157,7 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
         codes.commit(k);
         done += k;
       }
-      continue;
+      return;
     }
     m = fit_bucket(q, stats, n, key, b);
     std::memcpy(meta_out + b * sizeof(meta_type), &m, sizeof m);
@@ -164,18 +166,18 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
       const std::size_t k = std::min({n - done, codes.space(), host_segment});
       const std::size_t first = begin + done;
       std::uint8_t* out = codes.slots();
-      const T* in = src + first;
+      const V* in = bucket + done;
 #if QSDP_HOST_X86_DISPATCH
       if constexpr (fast) {
         const float* values;
-        if constexpr (std::is_same_v<T, float>) {
+        if constexpr (std::is_same_v<V, float>) {
           values = in;
-        } else if constexpr (element_traits<T>::tag == element_type::bf16) {
+        } else if constexpr (element_traits<V>::tag == element_type::bf16) {
           avx2::bf16_to_f32(in, k, converted);
           values = converted;
         } else {
           for (std::size_t j = 0; j < k; ++j)
-            converted[j] = element_traits<T>::to_float(load_element(in, j));
+            converted[j] = element_traits<V>::to_float(load_element(in, j));
           values = converted;
         }
         const code_grid grid = q.code_grid_for(m);
@@ -215,14 +217,44 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
         }
         for (std::size_t j = 0; j < k; ++j)
           out[j] = static_cast<std::uint8_t>(
-              q.encode(element_traits<T>::to_float(load_element(in, j)), m, draws[j]));
+              q.encode(element_traits<V>::to_float(load_element(in, j)), m, draws[j]));
       } else {
         for (std::size_t j = 0; j < k; ++j)
           out[j] = static_cast<std::uint8_t>(
-              q.encode(element_traits<T>::to_float(load_element(in, j)), m, 0.0f));
+              q.encode(element_traits<V>::to_float(load_element(in, j)), m, 0.0f));
       }
       codes.commit(k);
       done += k;
+    }
+  };
+
+  [[maybe_unused]] const rotation_record rotation{key.seed, key.call};
+  alignas(64) float rotated_values[rotated<Q>() ? hadamard_max_bucket : 1];
+  for (std::size_t b = 0; b < l.buckets; ++b) {
+    const std::size_t begin = b * bucket_size;
+    const std::size_t n = std::min(bucket_size, count - begin);
+    if constexpr (rotated<Q>()) {
+#if QSDP_HOST_X86_DISPATCH
+      if constexpr (Avx2) {
+        const float* from = rotated_values;
+        if constexpr (std::is_same_v<T, float>)
+          from = src + begin;  // read by the rotation's first pass directly
+        else if constexpr (element_traits<T>::tag == element_type::bf16)
+          avx2::bf16_to_f32(src + begin, n, rotated_values);
+        else
+          for (std::size_t j = 0; j < n; ++j)
+            rotated_values[j] = element_traits<T>::to_float(load_element(src + begin, j));
+        avx2::hadamard_forward(from, rotated_values, n, begin, rotation);
+        encode_bucket(static_cast<const float*>(rotated_values), b, begin, n);
+        continue;
+      }
+#endif
+      for (std::size_t j = 0; j < n; ++j)
+        rotated_values[j] = element_traits<T>::to_float(load_element(src + begin, j));
+      hadamard_forward(rotated_values, n, begin, rotation);
+      encode_bucket(static_cast<const float*>(rotated_values), b, begin, n);
+    } else {
+      encode_bucket(src + begin, b, begin, n);
     }
   }
   const std::size_t written = codes.finish();
@@ -239,6 +271,22 @@ struct store_sink {
   void fill_nan(std::size_t begin, std::size_t end) const {
     const T nan = element_traits<T>::from_float(std::numeric_limits<float>::quiet_NaN());
     for (std::size_t i = begin; i < end; ++i) store_element(dst, i, nan);
+  }
+  /// Values i .. i + n - 1, decoded already (a rotated bucket transformed back), with the AVX2
+  /// narrowing where Avx2 (the CPU has been checked).
+  template <bool Avx2>
+  QSDP_FORCE_INLINE void put_values(std::size_t i, std::size_t n, const float* values) const {
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(reinterpret_cast<unsigned char*>(dst) + i * sizeof(T), values, n * sizeof(T));
+      return;
+    }
+#if QSDP_HOST_X86_DISPATCH
+    if constexpr (Avx2 && element_traits<T>::tag == element_type::bf16) {
+      avx2::f32_to_bf16<true>(values, n, dst + i);
+      return;
+    }
+#endif
+    for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
   }
 #if QSDP_HOST_X86_DISPATCH
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
@@ -269,6 +317,10 @@ struct accumulate_sink {
     for (std::size_t i = begin; i < end; ++i)
       store_element(acc, i, std::numeric_limits<float>::quiet_NaN());
   }
+  template <bool Avx2>
+  QSDP_FORCE_INLINE void put_values(std::size_t i, std::size_t n, const float* values) const {
+    for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
+  }
 #if QSDP_HOST_X86_DISPATCH
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
                                                     const std::uint8_t* codes,
@@ -278,11 +330,34 @@ struct accumulate_sink {
 #endif
 };
 
-/// Decodes values [begin, end) of a validated quantized packet into `sink`.
+/// ... or, for rotated buckets, one bucket's decoded rotated values: value i of the packet to
+/// values[i - first], stored or (Add) added.
+template <bool Add>
+struct bucket_sink {
+  float* values;
+  std::size_t first;
+  QSDP_FORCE_INLINE void put(std::size_t i, float v) const {
+    values[i - first] = Add ? values[i - first] + v : v;
+  }
+  void fill_nan(std::size_t begin, std::size_t end) const {
+    for (std::size_t i = begin; i < end; ++i)
+      values[i - first] = std::numeric_limits<float>::quiet_NaN();
+  }
+#if QSDP_HOST_X86_DISPATCH
+  __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
+                                                    const std::uint8_t* codes,
+                                                    const value_grid& grid) const {
+    avx2::decode_values<Add>(codes, n, grid, values + (i - first));
+  }
+#endif
+};
+
+/// Decodes the codes of values [begin, end) of a validated quantized packet into `sink` with the
+/// packet's policy (the inner one, for a rotated packet: the values stay rotated).
 template <bool Avx2, class Q, class Sink>
-QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, const packet_layout& l,
-                                        std::size_t count, std::size_t begin, std::size_t end,
-                                        const Sink& sink) {
+QSDP_FORCE_INLINE void decode_codes(const Q& q, const std::byte* packet, const packet_layout& l,
+                                    std::size_t count, std::size_t begin, std::size_t end,
+                                    const Sink& sink) {
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   const std::size_t bucket_size = q.bucket_size;
@@ -319,6 +394,95 @@ QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, con
 #endif
     for (std::size_t j = 0; j < n; ++j) sink.put(i + j, q.decode(codes[j], m));
     i = stop;
+  }
+}
+
+/// hadamard_inverse, with the AVX2 loops where Avx2.
+template <bool Avx2, bool Saturate>
+QSDP_FORCE_INLINE void rotate_back(float* values, std::size_t n, std::uint64_t first,
+                                   const rotation_record& r) {
+#if QSDP_HOST_X86_DISPATCH
+  if constexpr (Avx2) return avx2::hadamard_inverse<Saturate>(values, n, first, r);
+#endif
+  hadamard_inverse<Saturate>(values, n, first, r);
+}
+
+inline rotation_record read_rotation(const std::byte* packet) {
+  rotation_record r;
+  std::memcpy(&r, packet + sizeof(packet_header), sizeof r);
+  return r;
+}
+
+inline bool bucket_flagged(const std::byte* packet, const packet_layout& l, std::size_t b) {
+  const auto flags = static_cast<std::uint8_t>(packet[l.flags_offset + b / 8]);
+  return (flags >> (b % 8)) & 1u;
+}
+
+/// Decodes values [begin, end) of a validated packet of a rotated policy into `sink`: each bucket
+/// they touch is decoded whole, transformed back (hadamard_inverse) and the part asked for handed
+/// on.
+template <bool Avx2, class Q, class Sink>
+QSDP_FORCE_INLINE void decode_rotated(const Q& q, const std::byte* packet, const packet_layout& l,
+                                      std::size_t count, std::size_t begin, std::size_t end,
+                                      const Sink& sink) {
+  const std::size_t bucket_size = q.bucket_size;
+  const rotation_record rotation = read_rotation(packet);
+  alignas(64) float values[hadamard_max_bucket];
+  for (std::size_t b = begin / bucket_size; b * bucket_size < end; ++b) {
+    const std::size_t first = b * bucket_size, n = std::min(bucket_size, count - first);
+    const std::size_t lo = std::max(begin, first), hi = std::min(end, first + n);
+    if (bucket_flagged(packet, l, b)) {
+      sink.fill_nan(lo, hi);
+      continue;
+    }
+    decode_codes<Avx2>(q, packet, l, count, first, first + n, bucket_sink<false>{values, first});
+    rotate_back<Avx2, true>(values, n, first, rotation);
+    sink.template put_values<Avx2>(lo, hi - lo, values + (lo - first));
+  }
+}
+
+/// Decodes values [begin, end) of a validated quantized packet into `sink`.
+template <bool Avx2, class Q, class Sink>
+QSDP_FORCE_INLINE void decode_quantized(const Q& q, const std::byte* packet, const packet_layout& l,
+                                        std::size_t count, std::size_t begin, std::size_t end,
+                                        const Sink& sink) {
+  if constexpr (rotated<Q>())
+    decode_rotated<Avx2>(q, packet, l, count, begin, end, sink);
+  else
+    decode_codes<Avx2>(q, packet, l, count, begin, end, sink);
+}
+
+/// acc[i] += the sum over `packet_count` validated packets of a rotated policy (back to back,
+/// `packet_bytes` apart) of value i, where every packet carries the same rotation: the rotated
+/// values are summed (in fp32, packet order) and each bucket is transformed back once, instead of
+/// once per packet. Not saturated: a sum that overflows is inf, as the unrotated sum's would be. A
+/// bucket flagged in any packet is NaN.
+template <bool Avx2, class Q>
+QSDP_FORCE_INLINE void accumulate_rotated(const Q& q, const std::byte* packets,
+                                          std::size_t packet_count, std::size_t packet_bytes,
+                                          const packet_layout& l, std::size_t count, float* acc) {
+  const std::size_t bucket_size = q.bucket_size;
+  const rotation_record rotation = read_rotation(packets);
+  alignas(64) float sum[hadamard_max_bucket];
+  const accumulate_sink out{acc};
+  for (std::size_t b = 0; b < l.buckets; ++b) {
+    const std::size_t first = b * bucket_size, n = std::min(bucket_size, count - first);
+    bool flagged = false;
+    for (std::size_t p = 0; p < packet_count; ++p)
+      flagged = flagged || bucket_flagged(packets + p * packet_bytes, l, b);
+    if (flagged) {
+      out.fill_nan(first, first + n);
+      continue;
+    }
+    for (std::size_t p = 0; p < packet_count; ++p) {
+      const std::byte* packet = packets + p * packet_bytes;
+      if (p == 0)
+        decode_codes<Avx2>(q, packet, l, count, first, first + n, bucket_sink<false>{sum, first});
+      else
+        decode_codes<Avx2>(q, packet, l, count, first, first + n, bucket_sink<true>{sum, first});
+    }
+    rotate_back<Avx2, false>(sum, n, first, rotation);
+    out.put_values<Avx2>(first, n, sum);
   }
 }
 
@@ -387,6 +551,20 @@ QSDP_TARGET_BASE void decode_quantized_base(const Q& q, const std::byte* packet,
                                             std::size_t begin, std::size_t end, const Sink& sink) {
   decode_quantized<false>(q, packet, l, count, begin, end, sink);
 }
+template <class Q>
+QSDP_TARGET_AVX2 void accumulate_rotated_avx2(const Q& q, const std::byte* packets,
+                                              std::size_t packet_count, std::size_t packet_bytes,
+                                              const packet_layout& l, std::size_t count,
+                                              float* acc) {
+  accumulate_rotated<true>(q, packets, packet_count, packet_bytes, l, count, acc);
+}
+template <class Q>
+QSDP_TARGET_BASE void accumulate_rotated_base(const Q& q, const std::byte* packets,
+                                              std::size_t packet_count, std::size_t packet_bytes,
+                                              const packet_layout& l, std::size_t count,
+                                              float* acc) {
+  accumulate_rotated<false>(q, packets, packet_count, packet_bytes, l, count, acc);
+}
 #undef QSDP_TARGET_AVX512
 #undef QSDP_TARGET_AVX2
 #undef QSDP_TARGET_BASE
@@ -437,6 +615,19 @@ void run_encode(const Q& q, const T* src, std::size_t count, std::byte* packet,
   return encode_quantized_base(q, src, count, packet, l, key);
 #else
   encode_quantized<host_isa::baseline>(q, src, count, packet, l, key);
+#endif
+}
+
+template <class Q>
+void run_accumulate_rotated(const Q& q, const std::byte* packets, std::size_t packet_count,
+                            std::size_t packet_bytes, const packet_layout& l, std::size_t count,
+                            float* acc) {
+#if QSDP_HOST_X86_DISPATCH
+  if (host_has_avx2_fma())
+    return accumulate_rotated_avx2(q, packets, packet_count, packet_bytes, l, count, acc);
+  return accumulate_rotated_base(q, packets, packet_count, packet_bytes, l, count, acc);
+#else
+  accumulate_rotated<false>(q, packets, packet_count, packet_bytes, l, count, acc);
 #endif
 }
 
