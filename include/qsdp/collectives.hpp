@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "codec.hpp"
 #include "communicator.hpp"
@@ -60,6 +61,61 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
 template <communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op);
 
+/// Weight-difference all-gather (SDP4Bit's weight differences): one object per rank keeps the last
+/// reconstruction of every rank's shard, and each call sends the quantized difference between the
+/// rank's current shard and the reconstruction the receivers hold, instead of the shard:
+///
+///   qsdp::delta_gather<float> gather(count, comm.size());
+///   gather.all_gather(comm, w, shard.data(), full.data());   // full: count * comm.size() values
+///
+/// Every rank adds the same decoded differences to the same reconstruction, so every rank's `full`
+/// is bit-identical and quantization errors never accumulate: a call's error is the policy's error
+/// on (change since the last call + the last call's error), which shrinks call after call to the
+/// level of the weights' change. The first call (and the first after reset()) sends the whole
+/// shard against a zero reconstruction, with the policy's plain error.
+///
+/// Where it fits: every rank keeps the full weights between steps anyway (ZeRO-1/2, Megatron's
+/// distributed optimizer, any data-parallel replica that all-gathers updated shards). Memory: the
+/// reconstruction, count * world values of T, plus count floats of difference, plus (T other than
+/// float) count * world floats of decoded differences; under ZeRO-3, which frees the gathered
+/// weights between uses, it costs a full copy of them.
+///
+/// Collective like all_gather: a rank that calls with another count or policy makes every rank
+/// throw; so does a rank whose reconstruction has seen a different number of calls (one that
+/// skipped a call or reset alone), since its reconstruction no longer matches the others'. A
+/// reconstruction value that is not finite (a NaN or inf that a shard once held) counts as 0 in
+/// the next difference, on every rank alike, so the value recovers at the next call.
+template <class T>
+class delta_gather {
+ public:
+  /// count: values per rank's shard (as all_gather's count); world: the communicator's size.
+  delta_gather(std::size_t count, int world);
+
+  /// full[r * count, (r + 1) * count) = rank r's reconstructed shard, after sending this rank's.
+  template <communicator Comm, class Q>
+  void all_gather(Comm& comm, const Q& q, const T* shard, T* full);
+
+  std::size_t count() const noexcept { return count_; }
+  int world() const noexcept { return world_; }
+  /// Calls since construction or the last reset().
+  std::uint64_t calls() const noexcept { return calls_; }
+  /// The reconstruction every rank holds: count * world values, as the last call returned them.
+  const T* reconstruction() const noexcept { return reconstruction_.data(); }
+  /// Forgets the reconstruction (every rank must reset before the same call).
+  void reset();
+  /// Bytes this object holds.
+  std::size_t memory_bytes() const noexcept;
+
+ private:
+  std::size_t count_;
+  int world_;
+  std::uint64_t calls_ = 0;
+  std::vector<T> reconstruction_;
+  std::vector<float> difference_;
+  std::vector<float> decoded_;             // T other than float: the gathered differences
+  std::vector<std::uint64_t> peer_calls_;  // the ranks' call counts, exchanged every call
+};
+
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 // ---- Device buffers, over a device_communicator (nccl_communicator, cuda_local_communicator)
 // ------- The same pipeline, random streams and packets as on the host, ordered on `stream`;
@@ -87,6 +143,7 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 
 }  // namespace qsdp
 
+#include "detail/collectives/delta.hpp"
 #include "detail/collectives/host.hpp"
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 #include "detail/cuda/device_collectives.cuh"
