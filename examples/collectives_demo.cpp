@@ -165,16 +165,17 @@ void run(const options& o) {
     add(qsdp::symmetric<8>{}, "symmetric<8>");
     if (!reduce) add(qsdp::random_shift<4>{.seed = 1}, "random_shift<4>");
     add(qsdp::stochastic<4>{.seed = 1}, "stochastic<4>");
+    add(qsdp::hadamard<qsdp::stochastic<4>>{{.seed = 1}}, "hadamard<stochastic<4>>");
     add(qsdp::symmetric<4>{}, "symmetric<4>");
     add(qsdp::stochastic<2>{.seed = 1}, "stochastic<2>");
     std::printf("\n%s (%s)\n",
                 reduce ? "reduce_scatter, sum of gradients" : "all_gather of weight shards",
                 reduce ? "each rank sends world chunks, receives the sum of its chunk"
                        : "each rank sends its shard, receives all shards");
-    std::printf("%-16s %14s %8s %12s %12s %10s %10s\n", "policy", "bytes sent/rank", "ratio",
+    std::printf("%-24s %14s %8s %12s %12s %10s %10s\n", "policy", "bytes sent/rank", "ratio",
                 "rel. L2 err", "max abs err", "time ms", "vs uncomp.");
     for (const row& r : rows)
-      std::printf("%-16s %14zu %7.2fx %12.3e %12.3e %10.1f %9.2fx\n", r.policy.c_str(), r.wire,
+      std::printf("%-24s %14zu %7.2fx %12.3e %12.3e %10.1f %9.2fx\n", r.policy.c_str(), r.wire,
                   r.ratio, r.rel_l2, r.max_err, 1e3 * r.seconds, rows[0].seconds / r.seconds);
   }
   std::printf(
@@ -190,7 +191,8 @@ void run(const options& o) {
       "Buckets with an outlier stretch an asymmetric grid (uniform, stochastic) over it, so at few "
       "bits\n"
       "the small gradients get coarse steps: symmetric keeps zero exact; smaller buckets also "
-      "help.\n");
+      "help,\n"
+      "and hadamard<> spreads each outlier over its bucket before quantizing.\n");
 }
 
 }  // namespace

@@ -142,7 +142,9 @@ TEST_CASE("fsdp_train: sharded fp32 training equals unsharded training to float 
   CHECK(std::abs(sharded.first_loss - single.first_loss) < 1e-5);
 }
 
-TEST_CASE("fsdp_train: W8G8 with unbiased rounding stays within 2% of the fp32 baseline") {
+TEST_CASE(
+    "fsdp_train: W8G8 with unbiased rounding stays within 2% of the fp32 baseline, delta and "
+    "rotated too") {
   const long steps = 400;
   const run_result fp32 = train(4, "fp32", "fp32", steps);
   const run_result w8g8 = train(4, "random_shift8", "stochastic8", steps);
@@ -150,6 +152,10 @@ TEST_CASE("fsdp_train: W8G8 with unbiased rounding stays within 2% of the fp32 b
   CAPTURE(w8g8.validation);
   CHECK(fp32.validation < fp32.first_loss - 1.0);  // it learned: from ln(96) = 4.56 nats down
   CHECK(std::abs(w8g8.validation - fp32.validation) < 0.02 * fp32.validation);
+  // The same through qsdp::delta_gather and hadamard<> (the examples' "delta_" and "hadamard_").
+  const run_result rotated = train(4, "delta_random_shift8", "hadamard_stochastic8", steps);
+  CAPTURE(rotated.validation);
+  CHECK(std::abs(rotated.validation - fp32.validation) < 0.02 * fp32.validation);
 }
 
 TEST_CASE("fsdp_train: bad quantizer names and batch sizes are refused with the value") {
@@ -157,6 +163,11 @@ TEST_CASE("fsdp_train: bad quantizer names and batch sizes are refused with the 
                     doctest::Contains("stochastic3"));
   CHECK_THROWS_WITH(fsdp_train::with_policy("fp16", 64, [](const auto&) {}),
                     doctest::Contains("fp16"));
+  CHECK_THROWS_WITH(fsdp_train::with_policy("hadamard_fp32", 64, [](const auto&) {}),
+                    doctest::Contains("hadamard_ needs a quantizer"));
+  CHECK_THROWS_WITH(fsdp_train::with_policy(fsdp_train::weight_quantizer("delta_stochastic5"), 64,
+                                            [](const auto&) {}),
+                    doctest::Contains("stochastic5"));
   CHECK_THROWS_WITH(fsdp_train::load_corpus(QSDP_SOURCE_DIR "/no-such-dir", 0.1, 10),
                     doctest::Contains("no-such-dir"));
 }

@@ -12,7 +12,8 @@
 //   - Adam updates only the local shard.
 //
 // The quantizers are chosen at run time by name ("fp32", "stochastic8", "random_shift4",
-// "nearest8", "symmetric8"; widths 2, 4 and 8): each name maps to one qsdp policy, type-erased
+// "nearest8", "symmetric8"; widths 2, 4 and 8; "hadamard_stochastic4" for rotated buckets,
+// "delta_random_shift4" for weight differences): each name maps to one qsdp policy, type-erased
 // behind a function so that the training loop is compiled once.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <qsdp/collectives.hpp>
@@ -33,7 +35,7 @@ namespace fsdp_train {
 /// Parses "fp32", "stochastic8", "random_shift4", "nearest8" (qsdp::uniform: round to nearest) or
 /// "symmetric8" and calls f(policy).
 template <class F>
-void with_policy(const std::string& spec, std::size_t bucket, F&& f) {
+void with_plain_policy(const std::string& spec, std::size_t bucket, F&& f) {
   if (spec == "fp32") return f(qsdp::identity{});
   std::size_t digits = spec.size();
   while (digits > 0 && std::isdigit(static_cast<unsigned char>(spec[digits - 1]))) --digits;
@@ -56,7 +58,28 @@ void with_policy(const std::string& spec, std::size_t bucket, F&& f) {
   throw std::invalid_argument(
       "quantizer " + spec +
       ": expected fp32, stochastic<B>, random_shift<B>, nearest<B> or symmetric<B> "
-      "with B in 2, 4, 8 (e.g. stochastic8)");
+      "with B in 2, 4, 8 (e.g. stochastic8), optionally prefixed hadamard_");
+}
+
+/// with_plain_policy, and "hadamard_" + a quantizer's name for qsdp::hadamard<> over it (rotated
+/// buckets; the bucket size must be a power of two from 16 to 4096).
+template <class F>
+void with_policy(const std::string& spec, std::size_t bucket, F&& f) {
+  if (spec.rfind("hadamard_", 0) != 0) return with_plain_policy(spec, bucket, f);
+  with_plain_policy(spec.substr(9), bucket, [&](const auto& inner) {
+    using Inner = std::remove_cvref_t<decltype(inner)>;
+    if constexpr (std::is_same_v<Inner, qsdp::identity>)
+      throw std::invalid_argument("quantizer " + spec + ": hadamard_ needs a quantizer after it");
+    else
+      return f(qsdp::hadamard<Inner>{inner});
+  });
+}
+
+/// A weight spec's quantizer: "delta_random_shift4" gathers with random_shift4 through
+/// qsdp::delta_gather.
+inline bool is_delta(const std::string& weights) { return weights.rfind("delta_", 0) == 0; }
+inline std::string weight_quantizer(const std::string& weights) {
+  return is_delta(weights) ? weights.substr(6) : weights;
 }
 
 struct adam_config {
@@ -67,11 +90,17 @@ struct adam_config {
 template <class Comm>
 class fsdp_model {
  public:
-  using exchange = std::function<void(const float* in, float* out, std::size_t shard)>;
+  /// How a layer's shard travels: (layer, in, out, shard values).
+  using exchange =
+      std::function<void(std::size_t layer, const float* in, float* out, std::size_t shard)>;
 
-  /// Every rank passes the same config, seed and quantizer names.
+  /// Every rank passes the same config, seed and quantizer names. `weights` may be prefixed
+  /// "delta_" (qsdp::delta_gather: each layer's gathers send the change against the last
+  /// reconstruction); `store`, if not "fp32", is a quantizer the master weights are stored through
+  /// after every update (a round trip on the owner's shard: updates below the grid's resolution
+  /// vanish unless the rounding is unbiased).
   fsdp_model(Comm& comm, const model_config& config, std::uint64_t seed, const std::string& weights,
-             const std::string& grads, std::size_t bucket)
+             const std::string& grads, std::size_t bucket, const std::string& store = "fp32")
       : comm_(comm), config_(config) {
     const auto world = static_cast<std::size_t>(comm.size());
     const auto rank = static_cast<std::size_t>(comm.rank());
@@ -92,19 +121,42 @@ class fsdp_model {
       s.full_grad.assign(s.shard * world, 0.0f);
       layers_.push_back(std::move(s));
     }
-    with_policy(weights, bucket, [&](const auto& q) {
-      gather_ = [this, q](const float* in, float* out, std::size_t n) {
-        qsdp::all_gather(comm_, q, in, out, n);
-      };
-    });
+    if (is_delta(weights)) {
+      for (const layer_state& s : layers_) deltas_.emplace_back(s.shard, comm.size());
+      with_policy(weight_quantizer(weights), bucket, [&](const auto& q) {
+        gather_ = [this, q](std::size_t l, const float* in, float* out, std::size_t) {
+          deltas_[l].all_gather(comm_, q, in, out);
+        };
+      });
+    } else {
+      with_policy(weights, bucket, [&](const auto& q) {
+        gather_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
+          qsdp::all_gather(comm_, q, in, out, n);
+        };
+      });
+    }
     with_policy(grads, bucket, [&](const auto& q) {
-      scatter_ = [this, q](const float* in, float* out, std::size_t n) {
+      scatter_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
         qsdp::reduce_scatter(comm_, q, in, out, n, qsdp::reduce_op::avg);
       };
     });
-    exact_gather_ = [this](const float* in, float* out, std::size_t n) {
+    exact_gather_ = [this](std::size_t, const float* in, float* out, std::size_t n) {
       qsdp::all_gather(comm_, qsdp::identity{}, in, out, n);
     };
+    if (store != "fp32") {
+      with_policy(store, bucket, [&](const auto& q) {
+        store_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
+          std::vector<std::byte>& packet = store_packet_;
+          packet.resize(qsdp::compressed_size<float>(q, n));
+          qsdp::encode(q, in, n, packet.data(),
+                       qsdp::rng_position{.call = stored_calls_++,
+                                          .stream = static_cast<std::uint32_t>(comm_.rank())});
+          qsdp::decode(q, packet.data(), n, out);
+        };
+      });
+      for (std::size_t l = 0; l < layers_.size(); ++l)  // the initial weights are stored too
+        store_(l, layers_[l].master.data(), layers_[l].master.data(), layers_[l].shard);
+    }
   }
 
   /// One step on this rank's slice of the global batch; returns the global batch's mean loss (nats
@@ -165,7 +217,7 @@ class fsdp_model {
 
   const float* gather(std::size_t l, const exchange& how) {
     layer_state& s = layers_[l];
-    how(s.master.data(), s.gathered.data(), s.shard);
+    how(l, s.master.data(), s.gathered.data(), s.shard);
     return s.gathered.data();
   }
 
@@ -176,7 +228,7 @@ class fsdp_model {
 
   void scatter(std::size_t l) {
     layer_state& s = layers_[l];
-    scatter_(s.full_grad.data(), s.grad.data(), s.shard);
+    scatter_(l, s.full_grad.data(), s.grad.data(), s.shard);
   }
 
   void update(const adam_config& a, std::uint64_t step, std::uint64_t total_steps) {
@@ -196,6 +248,9 @@ class fsdp_model {
         const float m_hat = s.m[i] / correction1, v_hat = s.v[i] / correction2;
         s.master[i] -= lr * m_hat / (std::sqrt(v_hat) + a.eps);
       }
+    if (store_)
+      for (std::size_t l = 0; l < layers_.size(); ++l)
+        store_(l, layers_[l].master.data(), layers_[l].master.data(), layers_[l].shard);
   }
 
   double sum_over_ranks(double mine) {
@@ -210,7 +265,10 @@ class fsdp_model {
   Comm& comm_;
   model_config config_;
   std::vector<layer_state> layers_;
-  exchange gather_, scatter_, exact_gather_;
+  exchange gather_, scatter_, exact_gather_, store_;
+  std::vector<qsdp::delta_gather<float>> deltas_;  // one per layer, for "delta_" weights
+  std::vector<std::byte> store_packet_;
+  std::uint64_t stored_calls_ = 0;
   activations acts_;
   std::vector<float> dh_, dx_;
 };

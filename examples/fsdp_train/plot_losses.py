@@ -24,6 +24,8 @@ def main(argv):
         print("plot_losses.py: needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 1
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more runs than the default cycle's 10 colours
+    lowest = float("inf")
     for name in argv[2:]:
         with open(name) as f:
             rows = list(csv.DictReader(f))
@@ -31,8 +33,14 @@ def main(argv):
             continue
         steps = [int(r["step"]) for r in rows]
         label = Path(name).stem.replace("_", " ")
+        lowest = min([lowest] + [float(r[k]) for r in rows for k in ("val", "train")])
         line, = ax.plot(steps, [float(r["val"]) for r in rows], label=label)
         ax.plot(steps, [float(r["train"]) for r in rows], ":", color=line.get_color())
+    # A run that diverges (losses of tens of nats) would flatten every other curve: the axis stops
+    # just above the uniform guess, ln 96 = 4.56 nats, and such a run leaves the top of the plot.
+    low, high = ax.get_ylim()
+    if high > 5.0:
+        ax.set_ylim(max(low, lowest - 0.1), 5.0)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per character)")
     ax.set_title("FSDP training with quantized weights and gradients (solid: validation, dotted: train)")

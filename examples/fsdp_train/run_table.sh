@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The convergence table of docs/convergence.md: the same model, data order and seed trained with six
-# weight/gradient quantizer pairs on 4 in-process ranks; one CSV of losses per run, the table (markdown)
+# The convergence table of docs/convergence.md: the same model, data order and seed trained with ten
+# weight/gradient quantizer settings on 4 in-process ranks; one CSV of losses per run, the table (markdown)
 # on stdout and a PNG of the loss curves (matplotlib) next to the CSVs.
 #
 #   bash examples/fsdp_train/run_table.sh [--bin build/release/examples/qsdp_fsdp_train] [--out DIR]
@@ -23,29 +23,34 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -x "${bin}" ]] || { echo "run_table.sh: ${bin} is not built (cmake --build --preset release --target qsdp_fsdp_train)" >&2; exit 2; }
 mkdir -p "${out}"
-# name | weights | grads
+# name | weights | grads | stored (the master weights kept through this quantizer; fp32: exact)
 runs=(
-  "fp32|fp32|fp32"
-  "W8G8 stochastic|stochastic8|stochastic8"
-  "W8G8 random_shift|random_shift8|stochastic8"
-  "W4G4 random_shift|random_shift4|stochastic4"
-  "W8 nearest, G fp32|nearest8|fp32"
-  "W4 nearest, G fp32|nearest4|fp32"
+  "fp32|fp32|fp32|fp32"
+  "W8G8 stochastic|stochastic8|stochastic8|fp32"
+  "W8G8 random_shift|random_shift8|stochastic8|fp32"
+  "W4G4 random_shift|random_shift4|stochastic4|fp32"
+  "W8 nearest, G fp32|nearest8|fp32|fp32"
+  "W4 nearest, G fp32|nearest4|fp32|fp32"
+  "W8G8 delta, hadamard|delta_random_shift8|hadamard_stochastic8|fp32"
+  "W4G4 delta, hadamard|delta_random_shift4|hadamard_stochastic4|fp32"
+  "stored nearest4, G fp32|fp32|fp32|nearest4"
+  "stored random_shift4, G fp32|fp32|fp32|random_shift4"
 )
 started=$(date +%s)
 rows=()
 for spec in "${runs[@]}"; do
-  IFS='|' read -r name weights grads <<<"${spec}"
+  IFS='|' read -r name weights grads stored <<<"${spec}"
   file="${out}/$(tr ' ,' '__' <<<"${name}").csv"
-  echo "run_table.sh: ${name} (weights ${weights}, grads ${grads}) ..." >&2
-  final=$("${bin}" --weights "${weights}" --grads "${grads}" --steps "${steps}" --log "${file}" "${extra[@]}" |
+  echo "run_table.sh: ${name} (weights ${weights}, grads ${grads}, stored ${stored}) ..." >&2
+  final=$("${bin}" --weights "${weights}" --grads "${grads}" --store "${stored}" --steps "${steps}" \
+                   --log "${file}" "${extra[@]}" |
           tee -a /dev/stderr | grep '^final:')
   read -r _ _ s _ train _ val _ valq _ secs <<<"${final}"
-  rows+=("| ${name} | ${weights} | ${grads} | ${train} | ${val} | ${valq} | ${secs} |")
+  rows+=("| ${name} | ${weights} | ${grads} | ${stored} | ${train} | ${val} | ${valq} | ${secs} |")
 done
 total=$(( $(date +%s) - started ))
-echo "| run | weights | gradients | final train loss | validation loss | validation, quantized weights | seconds |"
-echo "|---|---|---|---|---|---|---|"
+echo "| run | weights | gradients | stored | final train loss | validation loss | validation, quantized weights | seconds |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 echo "${#runs[@]} runs of ${steps} steps in ${total} s"

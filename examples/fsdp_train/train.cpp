@@ -4,8 +4,8 @@
 // (examples/fsdp_train/README.md): FSDP over qsdp's collectives, in-process ranks (threads) by
 // default, MPI processes with --mpi.
 //
-//   qsdp_fsdp_train [--weights fp32|stochastic8|random_shift8|nearest8|...] [--grads
-//   fp32|stochastic8|...]
+//   qsdp_fsdp_train [--weights fp32|stochastic8|random_shift8|nearest8|delta_random_shift4|...]
+//                   [--grads fp32|stochastic8|hadamard_stochastic4|...] [--store fp32|nearest4|...]
 //                   [--ranks 4] [--steps 3000] [--batch 256] [--lr 3e-3] [--seed 1] [--bucket 1024]
 //                   [--data /usr/share/games/fortunes] [--eval-every 250] [--val-examples 8192]
 //                   [--hidden 384] [--embed 16] [--context 16] [--log FILE.csv] [--mpi]
@@ -37,7 +37,7 @@
 namespace {
 
 struct options {
-  std::string weights = "fp32", grads = "fp32";
+  std::string weights = "fp32", grads = "fp32", store = "fp32";
   int ranks = 4;
   long steps = 3000;
   std::size_t batch = 256;
@@ -80,6 +80,8 @@ options parse(int argc, char** argv) {
       o.weights = v;
     else if (flag == "--grads")
       o.grads = v;
+    else if (flag == "--store")
+      o.store = v;
     else if (flag == "--ranks")
       o.ranks = static_cast<int>(number("--ranks", v, 1, 256));
     else if (flag == "--steps")
@@ -119,17 +121,17 @@ void train(Comm& comm, const options& o, const fsdp_train::corpus& text) {
   if (o.batch % static_cast<std::size_t>(world) != 0)
     bad("--batch " + std::to_string(o.batch) + " is not a multiple of the " +
         std::to_string(world) + " ranks");
-  fsdp_train::fsdp_model<Comm> model(comm, o.model, o.seed, o.weights, o.grads, o.bucket);
+  fsdp_train::fsdp_model<Comm> model(comm, o.model, o.seed, o.weights, o.grads, o.bucket, o.store);
   const fsdp_train::batch validation =
       fsdp_train::validation_batch(text.validation, o.model.context, o.val_examples, rank, world);
   std::FILE* log = nullptr;
   if (rank == 0) {
     std::printf(
-        "qsdp_fsdp_train: %zu parameters in 3 layers, %d rank(s), weights %s, grads %s, %ld steps "
-        "of "
-        "%zu examples; %zu train / %zu validation characters from %zu file(s) of %s\n",
-        model.parameter_count(), world, o.weights.c_str(), o.grads.c_str(), o.steps, o.batch,
-        text.train.size(), text.validation.size(), text.files, o.data.c_str());
+        "qsdp_fsdp_train: %zu parameters in 3 layers, %d rank(s), weights %s, grads %s, stored "
+        "%s, %ld steps of %zu examples; %zu train / %zu validation characters from %zu file(s) of "
+        "%s\n",
+        model.parameter_count(), world, o.weights.c_str(), o.grads.c_str(), o.store.c_str(),
+        o.steps, o.batch, text.train.size(), text.validation.size(), text.files, o.data.c_str());
     if (!o.log.empty()) {
       log = std::fopen(o.log.c_str(), "w");
       if (!log)
@@ -186,9 +188,10 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     const options o = parse(argc, argv);
-    fsdp_train::with_policy(o.weights, o.bucket,
-                            [](const auto&) {});  // bad names fail before any work
+    // Bad names fail before any work.
+    fsdp_train::with_policy(fsdp_train::weight_quantizer(o.weights), o.bucket, [](const auto&) {});
     fsdp_train::with_policy(o.grads, o.bucket, [](const auto&) {});
+    fsdp_train::with_policy(o.store, o.bucket, [](const auto&) {});
     const fsdp_train::corpus text = fsdp_train::load_corpus(o.data, 0.1, 10000);
     if (o.mpi) {
 #if QSDP_EXAMPLE_MPI
