@@ -159,14 +159,14 @@ TEST_CASE(
 }
 
 TEST_CASE("fsdp_train: bad quantizer names and batch sizes are refused with the value") {
-  CHECK_THROWS_WITH(fsdp_train::with_policy("stochastic3", 64, [](const auto&) {}),
+  CHECK_THROWS_WITH(fsdp_train::with_plain_policy("stochastic3", 64, [](const auto&) {}),
                     doctest::Contains("stochastic3"));
-  CHECK_THROWS_WITH(fsdp_train::with_policy("fp16", 64, [](const auto&) {}),
+  CHECK_THROWS_WITH(fsdp_train::with_plain_policy("fp16", 64, [](const auto&) {}),
                     doctest::Contains("fp16"));
-  CHECK_THROWS_WITH(fsdp_train::with_policy("hadamard_fp32", 64, [](const auto&) {}),
-                    doctest::Contains("hadamard_ needs a quantizer"));
-  CHECK_THROWS_WITH(fsdp_train::with_policy(fsdp_train::weight_quantizer("delta_stochastic5"), 64,
-                                            [](const auto&) {}),
+  CHECK_THROWS_WITH(fsdp_train::with_gradient_policy("hadamard_nearest4", 64, [](const auto&) {}),
+                    doctest::Contains("hadamard_ takes stochastic4 or stochastic8"));
+  CHECK_THROWS_WITH(fsdp_train::with_plain_policy(fsdp_train::weight_quantizer("delta_stochastic5"),
+                                                  64, [](const auto&) {}),
                     doctest::Contains("stochastic5"));
   CHECK_THROWS_WITH(fsdp_train::load_corpus(QSDP_SOURCE_DIR "/no-such-dir", 0.1, 10),
                     doctest::Contains("no-such-dir"));

@@ -58,21 +58,23 @@ void with_plain_policy(const std::string& spec, std::size_t bucket, F&& f) {
   throw std::invalid_argument(
       "quantizer " + spec +
       ": expected fp32, stochastic<B>, random_shift<B>, nearest<B> or symmetric<B> "
-      "with B in 2, 4, 8 (e.g. stochastic8), optionally prefixed hadamard_");
+      "with B in 2, 4, 8 (e.g. stochastic8); gradients also hadamard_stochastic4 or 8");
 }
 
-/// with_plain_policy, and "hadamard_" + a quantizer's name for qsdp::hadamard<> over it (rotated
-/// buckets; the bucket size must be a power of two from 16 to 4096).
+/// with_plain_policy, and for gradients "hadamard_stochastic4" or "hadamard_stochastic8"
+/// (qsdp::hadamard<> over stochastic<B>: rotated buckets; the bucket size must be a power of two
+/// from 16 to 4096). Only these are offered rotated: every other combination would compile the
+/// collectives once more for a run nobody makes.
 template <class F>
-void with_policy(const std::string& spec, std::size_t bucket, F&& f) {
+void with_gradient_policy(const std::string& spec, std::size_t bucket, F&& f) {
   if (spec.rfind("hadamard_", 0) != 0) return with_plain_policy(spec, bucket, f);
-  with_plain_policy(spec.substr(9), bucket, [&](const auto& inner) {
-    using Inner = std::remove_cvref_t<decltype(inner)>;
-    if constexpr (std::is_same_v<Inner, qsdp::identity>)
-      throw std::invalid_argument("quantizer " + spec + ": hadamard_ needs a quantizer after it");
-    else
-      return f(qsdp::hadamard<Inner>{inner});
-  });
+  const std::string inner = spec.substr(9);
+  auto rotated = [&]<int B>() {
+    return f(qsdp::hadamard<qsdp::stochastic<B>>{{.bucket_size = bucket}});
+  };
+  if (inner == "stochastic4") return rotated.template operator()<4>();
+  if (inner == "stochastic8") return rotated.template operator()<8>();
+  throw std::invalid_argument("quantizer " + spec + ": hadamard_ takes stochastic4 or stochastic8");
 }
 
 /// A weight spec's quantizer: "delta_random_shift4" gathers with random_shift4 through
@@ -123,19 +125,19 @@ class fsdp_model {
     }
     if (is_delta(weights)) {
       for (const layer_state& s : layers_) deltas_.emplace_back(s.shard, comm.size());
-      with_policy(weight_quantizer(weights), bucket, [&](const auto& q) {
+      with_plain_policy(weight_quantizer(weights), bucket, [&](const auto& q) {
         gather_ = [this, q](std::size_t l, const float* in, float* out, std::size_t) {
           deltas_[l].all_gather(comm_, q, in, out);
         };
       });
     } else {
-      with_policy(weights, bucket, [&](const auto& q) {
+      with_plain_policy(weights, bucket, [&](const auto& q) {
         gather_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
           qsdp::all_gather(comm_, q, in, out, n);
         };
       });
     }
-    with_policy(grads, bucket, [&](const auto& q) {
+    with_gradient_policy(grads, bucket, [&](const auto& q) {
       scatter_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
         qsdp::reduce_scatter(comm_, q, in, out, n, qsdp::reduce_op::avg);
       };
@@ -144,7 +146,7 @@ class fsdp_model {
       qsdp::all_gather(comm_, qsdp::identity{}, in, out, n);
     };
     if (store != "fp32") {
-      with_policy(store, bucket, [&](const auto& q) {
+      with_plain_policy(store, bucket, [&](const auto& q) {
         store_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
           std::vector<std::byte>& packet = store_packet_;
           packet.resize(qsdp::compressed_size<float>(q, n));

@@ -189,9 +189,10 @@ int main(int argc, char** argv) {
   try {
     const options o = parse(argc, argv);
     // Bad names fail before any work.
-    fsdp_train::with_policy(fsdp_train::weight_quantizer(o.weights), o.bucket, [](const auto&) {});
-    fsdp_train::with_policy(o.grads, o.bucket, [](const auto&) {});
-    fsdp_train::with_policy(o.store, o.bucket, [](const auto&) {});
+    const auto check = [](const auto&) {};
+    fsdp_train::with_plain_policy(fsdp_train::weight_quantizer(o.weights), o.bucket, check);
+    fsdp_train::with_gradient_policy(o.grads, o.bucket, check);
+    fsdp_train::with_plain_policy(o.store, o.bucket, check);
     const fsdp_train::corpus text = fsdp_train::load_corpus(o.data, 0.1, 10000);
     if (o.mpi) {
 #if QSDP_EXAMPLE_MPI
