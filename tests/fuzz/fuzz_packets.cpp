@@ -2,7 +2,8 @@
 //
 // The packet fuzzer: feeds arbitrary bytes to the receiving side of the codec (header validation,
 // decode, decode_accumulate) and arbitrary values to the sending side (encode), for every built-in
-// policy at every bit width, identity, and two user-defined policies, into every element type.
+// policy at every bit width, identity, two user-defined policies and four rotated ones
+// (qsdp::hadamard over three built-in widths and a user policy), into every element type.
 //
 // A packet comes from another process, so nothing in it may turn into a read or write outside the
 // buffers (AddressSanitizer), undefined behaviour (UBSan), or a value the documented guarantees
@@ -11,7 +12,8 @@
 //   - a refused packet leaves the destination untouched;
 //   - the AVX2 and the baseline loops decode (and encode) to the same bits;
 //   - decode_accumulate into zeros equals decode, and the multi-packet decode_accumulate equals the
-//     single-packet one applied packet by packet (same order, same bits);
+//     single-packet one applied packet by packet (same order, same bits; for rotated packets, which
+//     it may sum in the rotated domain and transform once, up to float rounding);
 //   - a bucket flagged non-finite decodes to NaN;
 //   - encoding: a bucket holding NaN/inf decodes to NaN, a finite bucket of a built-in policy
 //   decodes
@@ -57,10 +59,16 @@ namespace {
 using power_of_two = qsdp_test::power_of_two_quantizer;
 using qsdp_test::stochastic_sign;
 
+/// A built-in policy, or a rotation of one: its decoded values are finite whenever the input's are.
 template <class Q>
-inline constexpr bool is_builtin = qsdp::detail::wire_id<Q>() != 0;
+inline constexpr bool is_builtin = (qsdp::detail::wire_id<Q>() & ~qsdp::detail::hadamard_id_bit) !=
+                                   0;
 
-/// Every policy the fuzzer drives: 8 + 8 + 8 + 7 built-in widths, identity, two user policies.
+template <class Q>
+inline constexpr bool is_rotated = qsdp::detail::rotated<Q>();
+
+/// Every policy the fuzzer drives: 8 + 8 + 8 + 7 built-in widths, identity, two user policies, and
+/// four rotated ones last (appended, so that the committed corpus keeps its policies).
 template <int... B>
 auto builtin_policies(std::integer_sequence<int, B...>) {
   return std::tuple_cat(std::tuple<qsdp::uniform<B + 1>...>{},
@@ -71,10 +79,12 @@ template <int... B>
 auto shifted_policies(std::integer_sequence<int, B...>) {
   return std::tuple<qsdp::random_shift<B + 2>...>{};
 }
-using policy_list =
-    decltype(std::tuple_cat(builtin_policies(std::make_integer_sequence<int, 8>{}),
-                            shifted_policies(std::make_integer_sequence<int, 7>{}),
-                            std::tuple<qsdp::identity, power_of_two, stochastic_sign>{}));
+using policy_list = decltype(std::tuple_cat(
+    builtin_policies(std::make_integer_sequence<int, 8>{}),
+    shifted_policies(std::make_integer_sequence<int, 7>{}),
+    std::tuple<qsdp::identity, power_of_two, stochastic_sign>{},
+    std::tuple<qsdp::hadamard<qsdp::stochastic<4>>, qsdp::hadamard<qsdp::uniform<8>>,
+               qsdp::hadamard<qsdp::random_shift<2>>, qsdp::hadamard<power_of_two>>{}));
 inline constexpr std::size_t policy_count = std::tuple_size_v<policy_list>;
 
 /// Calls fn(Q{}) for the index-th policy of policy_list.
@@ -273,6 +283,38 @@ void decode_one(const Q& q, const exact_buffer& packet, std::size_t count) {
   }
 }
 
+/// Rotated packets: the multi-packet decode_accumulate may sum the packets' rotated values and
+/// transform once per bucket, which rounds differently from transforming each packet. Where every
+/// packet decodes to finite values, the two sums must agree within float rounding of the bucket's
+/// magnitude (the sum over packets of each one's decoded magnitudes there, plus the accumulator's
+/// 1).
+template <class Q>
+void close_to_packet_by_packet(const Q& q, const exact_buffer& packets, std::size_t count,
+                               std::size_t packet_count, std::size_t packet_bytes,
+                               const std::vector<float>& together,
+                               const std::vector<float>& one_by_one) {
+  const std::size_t bucket = q.bucket_size;
+  std::vector<double> magnitude((count + bucket - 1) / bucket, 1.0);
+  std::vector<float> decoded(count);
+  for (std::size_t p = 0; p < packet_count; ++p) {
+    qsdp::decode(q, packets.span().subspan(p * packet_bytes, packet_bytes),
+                 std::span<float>(decoded));
+    for (std::size_t i = 0; i < count; ++i)
+      magnitude[i / bucket] += std::isfinite(decoded[i]) ? std::abs(double(decoded[i])) : INFINITY;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const double a = together[i], b = one_by_one[i];
+    // A rotated sum may overflow (and turn into NaN) where the per-packet one does not, or the
+    // reverse, only near FLT_MAX: such buckets and those with non-finite values are not compared.
+    const double limit = 1e-5 * magnitude[i / bucket];
+    if (!(limit < 1e33)) continue;
+    if (!(std::abs(a - b) <= limit))
+      broken("multi-packet decode_accumulate of rotated packets is " + std::to_string(a) + " at " +
+             std::to_string(i) + ", packet by packet " + std::to_string(b) +
+             " (allowed difference " + std::to_string(limit) + ")");
+  }
+}
+
 /// Operation 1: several packets through the multi-packet decode_accumulate, which must equal the
 /// single-packet call applied packet by packet. Like a collective's receiver, the caller knows the
 /// packet size from its own parameters and only calls with a buffer that holds them all.
@@ -314,8 +356,22 @@ void decode_many(const Q& q, const exact_buffer& packets, std::size_t count,
       if (v != 1.0f) broken("a refused packet list changed the accumulator");
     return;
   }
-  if (const auto d = bit_difference(together, one_by_one); !d.empty())
-    broken("multi-packet decode_accumulate differs from packet-by-packet accumulation" + d);
+  if constexpr (is_rotated<Q>) {
+    close_to_packet_by_packet(q, packets, count, packet_count, packet_bytes, together, one_by_one);
+  } else {
+    if (const auto d = bit_difference(together, one_by_one); !d.empty())
+      broken("multi-packet decode_accumulate differs from packet-by-packet accumulation" + d);
+  }
+}
+
+/// The bucket sizes the codec accepts for Q: any from 1; a power of two from 16 to 4096 rotated.
+template <class Q>
+bool valid_bucket(std::size_t bucket_size) {
+  if constexpr (is_rotated<Q>)
+    return std::has_single_bit(bucket_size) && bucket_size >= qsdp::detail::hadamard_min_bucket &&
+           bucket_size <= qsdp::detail::hadamard_max_bucket;
+  else
+    return bucket_size >= 1;
 }
 
 /// Operation 2: arbitrary values through encode and decode.
@@ -331,10 +387,14 @@ void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_siz
     size = qsdp::compressed_size<T>(q, count);
   } catch (const qsdp::error&) {
     if constexpr (!qsdp::detail::is_identity<Q>) {
-      if (bucket_size >= 1)
+      if (valid_bucket<Q>(bucket_size))
         broken("compressed_size refused bucket size " + std::to_string(bucket_size));
     }
     return;
+  }
+  if constexpr (!qsdp::detail::is_identity<Q>) {
+    if (!valid_bucket<Q>(bucket_size))
+      broken("compressed_size accepted bucket size " + std::to_string(bucket_size));
   }
   const qsdp::rng_position position{bytes.size(), 3};
   std::vector<std::byte> fast(size), slow(size);
@@ -374,7 +434,8 @@ void round_trip(Q q, std::span<const std::uint8_t> bytes, std::size_t bucket_siz
         if constexpr (is_builtin<Q>) {
           if (finite && !std::isfinite(y))
             broken("finite values decoded to " + std::to_string(y) + " at " + std::to_string(i));
-          if (finite && equal && y != to_f(values[i]))
+          // A rotation rounds: equal values come back exactly only without one.
+          if (!is_rotated<Q> && finite && equal && y != to_f(values[i]))
             broken("a bucket of equal values did not decode exactly at " + std::to_string(i));
         }
       }
@@ -398,7 +459,11 @@ int run_one_input(const std::uint8_t* data, std::size_t size) {
     with_element(mode, [&](auto element) {
       using T = decltype(element);
       if (operation == 2) {
-        round_trip<Q, T>(policy, payload, read_u32(prefix + 6) % 4097, (mode & 0x80u) != 0);
+        const std::uint32_t bucket_bytes = read_u32(prefix + 6);
+        const std::size_t bucket = is_rotated<Q> && (bucket_bytes >> 31) == 0
+                                       ? std::size_t{16} << (bucket_bytes % 9)
+                                       : bucket_bytes % 4097;
+        round_trip<Q, T>(policy, payload, bucket, (mode & 0x80u) != 0);
         return;
       }
       const Q q = decoder_for<Q>(prefix, from_header, payload);

@@ -25,11 +25,6 @@
 
 namespace qsdp::detail {
 
-/// The NaN decoders write for flagged buckets (the host's std::numeric_limits<float>::quiet_NaN()).
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE float quiet_nan() {
-  return detail::bit_cast<float>(0x7FC00000u);
-}
-
 /// Values per group: one Philox block of 16-bit draws, `bits` bytes of packed codes.
 inline constexpr unsigned group_values = 8;
 

@@ -142,7 +142,9 @@ QSDP_HOST_DEVICE constexpr float saturate_infinite(float x) {
 /// may push a rotated value past what the exact transform would give, and unscaled partial sums of
 /// values near FLT_MAX / p would then reach inf and turn into NaN (inf - inf). Saturate (a decode:
 /// finite stays finite): a result beyond FLT_MAX becomes +-FLT_MAX; without it (the sum of several
-/// packets' rotated values, as a reduction's sum may overflow) inf.
+/// packets' rotated values, as a reduction's sum may overflow) inf. A NaN result (from values
+/// decoded to inf) is quiet_nan(): which NaN inf - inf gives, and whether a sign flip reaches it,
+/// depends on the operand order, which the vector loops may change.
 template <bool Saturate>
 QSDP_HOST_DEVICE inline void hadamard_inverse(float* v, std::size_t n, std::uint64_t first,
                                               const rotation_record& r) {
@@ -154,7 +156,7 @@ QSDP_HOST_DEVICE inline void hadamard_inverse(float* v, std::size_t n, std::uint
     hadamard_butterflies(v + start, p);
     for (std::size_t j = 0; j < p; ++j) {
       const float x = v[start + j] * (signs.negative(first + start + j) ? -size : size);
-      v[start + j] = Saturate ? saturate_infinite(x) : x;
+      v[start + j] = x != x ? quiet_nan() : Saturate ? saturate_infinite(x) : x;
     }
     start += p;
   }

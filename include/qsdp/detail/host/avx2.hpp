@@ -682,15 +682,17 @@ struct scale_by {
     return _mm256_mul_ps(x, scale);
   }
 };
-/// x * scale with value `at + j`'s sign: the forward's first step, and the inverse's last (then
-/// saturated where Saturate).
-template <bool Saturate>
+/// x * scale with value `at + j`'s sign: the forward's first step, and the inverse's last (Inverse:
+/// NaN made quiet_nan(), then saturated where Saturate).
+template <bool Inverse, bool Saturate>
 struct scale_and_sign {
   __m256 scale;
   const bucket_signs* signs;
   std::uint64_t at;
   QSDP_AVX2_INLINE __m256 operator()(__m256 x, std::size_t j) const {
     x = _mm256_xor_ps(_mm256_mul_ps(x, scale), signs->masks8(at + j));
+    if constexpr (Inverse)  // the XOR flips a NaN's sign, which the scalar multiply keeps
+      x = _mm256_blendv_ps(x, _mm256_set1_ps(quiet_nan()), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     // saturate_infinite: MAXPS and MINPS return their second operand when one is NaN, so NaN
     // passes as in the scalar statement.
     if constexpr (Saturate)
@@ -730,8 +732,8 @@ QSDP_AVX2_LOOP void hadamard_forward(const float* from, float* v, std::size_t n,
   std::size_t start = 0;
   for (; start < n && hadamard_piece(n - start) >= 8;) {
     const std::size_t p = hadamard_piece(n - start);
-    const scale_and_sign<false> prologue{_mm256_set1_ps(1.0f / static_cast<float>(p)), &signs,
-                                         first + start};
+    const scale_and_sign<false, false> prologue{_mm256_set1_ps(1.0f / static_cast<float>(p)),
+                                                &signs, first + start};
     rotate_piece(from + start, v + start, p, prologue, pass_through{});
     start += p;
   }
@@ -750,8 +752,8 @@ QSDP_AVX2_LOOP void hadamard_inverse(float* v, std::size_t n, std::uint64_t firs
   std::size_t start = 0;
   for (; start < n && hadamard_piece(n - start) >= 8;) {
     const std::size_t p = hadamard_piece(n - start);
-    const scale_and_sign<Saturate> epilogue{_mm256_set1_ps(static_cast<float>(p)), &signs,
-                                            first + start};
+    const scale_and_sign<true, Saturate> epilogue{_mm256_set1_ps(static_cast<float>(p)), &signs,
+                                                  first + start};
     rotate_piece(v + start, v + start, p, scale_by{_mm256_set1_ps(1.0f / static_cast<float>(p))},
                  epilogue);
     start += p;
