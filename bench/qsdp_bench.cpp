@@ -3,10 +3,11 @@
 // qsdp-bench: compressed collectives against the same exchange uncompressed, in the conventions of
 // nccl-tests (bench/README.md, docs/benchmarks.md).
 //
-//   qsdp-bench [-b 1M] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1] [--op
-//   all_gather|reduce_scatter|all_reduce]
-//              [--quantizer stochastic|uniform|symmetric|random_shift|identity] [--bits 8]
-//              [--bucket 1024]
+//   qsdp-bench [-b 1M] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1]
+//              [--op all_gather|reduce_scatter|all_reduce|delta_gather]
+//              [--quantizer stochastic|uniform|symmetric|random_shift|identity|hadamard]
+//              [--inner stochastic|uniform|symmetric|random_shift] [--bits 8] [--bucket 1024]
+//              [--data weights|gradients]
 //              [--dtype float|bf16|half] [--backend local|mpi|nccl] [--ranks 4] [--json FILE]
 //              [--model --link-gbps G [--latency-us A] [--codec-gbps C] [--codec-threads K]]
 //

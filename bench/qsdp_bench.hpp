@@ -33,7 +33,9 @@ inline constexpr bool nccl_backend_built = true;
 inline constexpr bool nccl_backend_built = false;
 #endif
 
-enum class op_kind { all_gather, reduce_scatter, all_reduce };
+/// delta_gather: qsdp::delta_gather's all-gather of weight differences (host backends), on weights
+/// that drift between calls.
+enum class op_kind { all_gather, reduce_scatter, all_reduce, delta_gather };
 
 struct options {
   std::size_t min_bytes = std::size_t{1} << 20;
@@ -44,9 +46,11 @@ struct options {
   bool check = true;
   op_kind op = op_kind::all_gather;
   std::string quantizer = "stochastic";
+  std::string inner;  // --quantizer hadamard: the rotated policy (default stochastic)
   int bits = 8;
   std::size_t bucket = 1024;
   std::string dtype = "float";
+  std::string data;  // weights | gradients; empty: weights for the gathers, gradients otherwise
   std::string backend = "local";
   int ranks = 4;
   bool ranks_given = false;
@@ -100,10 +104,18 @@ inline const char* help_text =
     "  -n, --iters N          timed iterations per size (default 20)\n"
     "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
     "  -c, --check 0|1        compute the error against the uncompressed result (default 1)\n"
-    "  --op all_gather|reduce_scatter|all_reduce      (default all_gather)\n"
-    "  --quantizer stochastic|uniform|symmetric|random_shift|identity (default stochastic)\n"
+    "  --op all_gather|reduce_scatter|all_reduce|delta_gather   (default all_gather)\n"
+    "                         delta_gather: qsdp::delta_gather on weights that drift by 0.5 %% of\n"
+    "                         their spread before every timed call (untimed); host backends\n"
+    "  --quantizer stochastic|uniform|symmetric|random_shift|identity|hadamard (default "
+    "stochastic)\n"
+    "  --inner stochastic|uniform|symmetric|random_shift   the policy hadamard rotates (default\n"
+    "                         stochastic; host backends, bits 2, 4, 8; bucket 16..4096, a power of "
+    "two)\n"
     "  --bits 1..8            code width (default 8; random_shift 2..8)\n"
     "  --bucket N             values per bucket (default 1024)\n"
+    "  --data weights|gradients   N(0, 0.02), or N(0, 1e-3) with one value in 97 of N(0, 1)\n"
+    "                         (default: weights for the gathers, gradients for the reductions)\n"
     "  --dtype float|bf16|half                        (default float)\n"
     "  --backend local|mpi|nccl  in-process ranks (threads), MPI processes, or GPUs over NCCL: "
     "one\n"
@@ -155,11 +167,20 @@ inline options parse(int argc, char** argv) {
         o.op = op_kind::reduce_scatter;
       else if (value == "all_reduce")
         o.op = op_kind::all_reduce;
+      else if (value == "delta_gather")
+        o.op = op_kind::delta_gather;
       else
-        usage_error("--op " + value + ": expected all_gather, reduce_scatter or all_reduce");
+        usage_error("--op " + value +
+                    ": expected all_gather, reduce_scatter, all_reduce or delta_gather");
     } else if (flag == "--quantizer")
       o.quantizer = value;
-    else if (flag == "--bits")
+    else if (flag == "--inner")
+      o.inner = value;
+    else if (flag == "--data") {
+      if (value != "weights" && value != "gradients")
+        usage_error("--data " + value + ": expected weights or gradients");
+      o.data = value;
+    } else if (flag == "--bits")
       o.bits = parse_int(value, "--bits", 1, 8);
     else if (flag == "--bucket")
       o.bucket = static_cast<std::size_t>(parse_int(value, "--bucket", 1, 1 << 30));
@@ -194,7 +215,14 @@ inline options parse(int argc, char** argv) {
     usage_error(
         "--backend nccl: this qsdp-bench was built without CUDA and NCCL (configure with "
         "QSDP_ENABLE_CUDA=ON where nvcc and NCCL are found; -DNCCL_ROOT=... points at NCCL)");
+  if (!o.inner.empty() && o.quantizer != "hadamard")
+    usage_error("--inner " + o.inner +
+                ": only --quantizer hadamard has an inner policy (--quantizer is " + o.quantizer +
+                ")");
   if (o.quantizer == "random_shift" && o.bits < 2) usage_error("--bits 1: random_shift needs 2..8");
+  if (o.op == op_kind::delta_gather && (o.model || o.backend == "nccl"))
+    usage_error(std::string("--op delta_gather: ") +
+                (o.model ? "--model has no delta_gather" : "host backends only (local, mpi)"));
   if (o.model && !(o.link_gbps > 0))
     usage_error("--model needs --link-gbps > 0 (the link rate to predict for)");
   if (o.model && (o.latency_us < 0 || o.codec_gbps < 0))
@@ -207,9 +235,22 @@ inline const char* op_name(op_kind op) {
     case op_kind::all_gather: return "all_gather";
     case op_kind::reduce_scatter: return "reduce_scatter";
     case op_kind::all_reduce: return "all_reduce";
+    case op_kind::delta_gather: return "delta_gather";
   }
   return "?";
 }
+
+/// Gathers (all_gather, delta_gather): every rank's shard to every rank.
+inline bool gathers(op_kind op) { return op == op_kind::all_gather || op == op_kind::delta_gather; }
+
+/// The data an operation runs on: --data, or weights for the gathers and gradients otherwise.
+inline bool gradient_data(const options& o) {
+  return o.data.empty() ? !gathers(o.op) : o.data == "gradients";
+}
+
+/// Signal-to-quantization-noise ratio in dB from a relative L2 error (the metric inference stacks
+/// quote): 10 log10(sum x^2 / sum (x - y)^2) = -20 log10(rel. L2).
+inline double sqnr_db(double rel_l2) { return -20.0 * std::log10(rel_l2); }
 
 /// One row of the table.
 struct row {
@@ -223,7 +264,8 @@ struct row {
 /// calls read it (host or device memory) and sizes the outputs; `compressed` and `plain` run one
 /// call each and return when its results are complete (a device backend synchronises its stream);
 /// `fetch` copies both results to host vectors; `barrier` and `gather` (n doubles per rank, in rank
-/// order) are collective on the same ranks.
+/// order) are collective on the same ranks. `advance` (delta_gather only) moves the input one step
+/// before each compressed call, outside the timed region.
 template <class T>
 struct runner {
   int rank = 0, world = 1;
@@ -233,33 +275,37 @@ struct runner {
   std::function<void(std::vector<T>& result, std::vector<T>& exact)> fetch;
   std::function<void()> barrier;
   std::function<void(const double*, double*, std::size_t)> gather;
+  std::function<void()> advance;
 };
 
+/// Weights, N(0, 0.02), or gradients: small, N(0, 1e-3), with rare outliers (one in 97, N(0, 1)).
 template <class T>
-std::vector<T> make_input(std::size_t n, int rank, op_kind op) {
+std::vector<T> make_input(std::size_t n, int rank, bool gradients) {
   std::mt19937 rng(1000u + static_cast<unsigned>(rank));
   std::normal_distribution<float> normal;
   std::vector<T> v(n);
   for (auto& x : v) {
-    // Weights for all_gather; gradients (small, with rare outliers) for the reductions.
-    const float value = op == op_kind::all_gather ? 0.02f * normal(rng)
-                                                  : (rng() % 97 == 0 ? 1.0f : 1e-3f) * normal(rng);
+    const float value =
+        gradients ? (rng() % 97 == 0 ? 1.0f : 1e-3f) * normal(rng) : 0.02f * normal(rng);
     x = qsdp::from_float<T>(value);
   }
   return v;
 }
 
-/// Times `call` for warm-up + iterations runs, each after a barrier; returns each iteration's
-/// slowest-rank time in microseconds (the same on every rank).
+/// Times `call` for warm-up + iterations runs, each after a barrier (and after r.advance where
+/// `advance`); returns each iteration's slowest-rank time in microseconds (the same on every rank).
 template <class T>
 std::vector<double> time_iterations(runner<T>& r, const options& o,
-                                    const std::function<void()>& call) {
+                                    const std::function<void()>& call, bool advance) {
+  const bool step = advance && r.advance;
   for (int i = 0; i < o.warmup; ++i) {
+    if (step) r.advance();
     r.barrier();
     call();
   }
   std::vector<double> mine(static_cast<std::size_t>(o.iterations));
   for (int i = 0; i < o.iterations; ++i) {
+    if (step) r.advance();
     r.barrier();
     const auto start = std::chrono::steady_clock::now();
     call();
@@ -293,13 +339,15 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
         o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / world;
     if (count == 0) continue;
     const std::size_t in_count = o.op == op_kind::reduce_scatter ? count * world : count;
-    const std::size_t out_count = o.op == op_kind::all_gather ? count * world : count;
+    const std::size_t out_count = gathers(o.op) ? count * world : count;
     out.count = count;
     out.size = (o.op == op_kind::all_reduce ? count : count * world) * sizeof(T);
-    r.prepare(make_input<T>(in_count, r.rank, o.op), in_count, out_count);
+    r.prepare(make_input<T>(in_count, r.rank, gradient_data(o)), in_count, out_count);
 
-    const double t = median(time_iterations(r, o, [&] { r.compressed(count); }));
-    const double tp = median(time_iterations(r, o, [&] { r.plain(count); }));
+    const double t = median(time_iterations(
+        r, o, [&] { r.compressed(count); }, true));
+    const double tp = median(time_iterations(
+        r, o, [&] { r.plain(count); }, false));
     const double algbw = static_cast<double>(out.size) / (t * 1e-6) / 1e9;
     const double algbw_plain = static_cast<double>(out.size) / (tp * 1e-6) / 1e9;
     const double factor = o.op == op_kind::all_reduce
@@ -312,9 +360,12 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
     out.plain_busbw = algbw_plain * factor;
     const std::size_t packet_count =
         o.op == op_kind::all_reduce ? (count + world - 1) / world : count;
-    out.wire = qsdp::compressed_size<T>(q, packet_count);
+    // delta_gather sends float differences.
+    out.wire = o.op == op_kind::delta_gather ? qsdp::compressed_size<float>(q, packet_count)
+                                             : qsdp::compressed_size<T>(q, packet_count);
     out.plain_wire = packet_count * sizeof(T);
     if (o.check) {
+      if (r.advance) r.advance();
       r.compressed(count);
       r.plain(count);
       std::vector<T> result(out_count), exact(out_count);
@@ -347,9 +398,15 @@ inline const char* dtype_label(const std::string& d) {
 }
 
 inline void print_header(const options& o, const std::string& policy, int world) {
-  std::printf("# qsdp-bench: op %s, quantizer %s, bucket %zu, dtype %s, backend %s, %d ranks\n",
-              op_name(o.op), policy.c_str(), o.bucket, o.dtype.c_str(),
-              o.model ? "model" : o.backend.c_str(), world);
+  std::printf(
+      "# qsdp-bench: op %s, quantizer %s, bucket %zu, dtype %s, data %s, backend %s, %d ranks\n",
+      op_name(o.op), policy.c_str(), o.bucket, o.dtype.c_str(),
+      gradient_data(o) ? "gradients" : "weights", o.model ? "model" : o.backend.c_str(), world);
+  if (o.op == op_kind::delta_gather)
+    std::printf(
+        "# delta_gather: the weights drift by 0.5 %% of their spread before every compressed call "
+        "(untimed); errors after %d calls\n",
+        o.warmup + o.iterations + 1);
   if (o.model)
     std::printf(
         "# times predicted from the link and the codec; no error columns (nothing is exchanged)\n");
@@ -359,20 +416,21 @@ inline void print_header(const options& o, const std::string& policy, int world)
         "over "
         "iterations; plain = the uncompressed exchange on the same communicator\n",
         o.iterations, o.warmup);
-  std::printf("#\n# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %9s | %11s %9s | %7s\n", "size",
-              "count", "type", "time (us)", "algbw", "busbw", "wire bytes", "ratio", "rel. L2",
-              "max err", "plain (us)", "busbw", "speedup");
-  std::printf("# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %9s | %11s %9s | %7s\n", "(B)",
-              "(values)", "", "", "(GB/s)", "(GB/s)", "(per rank)", "", "", "", "", "(GB/s)", "");
+  std::printf("#\n# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %6s %9s | %11s %9s | %7s\n",
+              "size", "count", "type", "time (us)", "algbw", "busbw", "wire bytes", "ratio",
+              "rel. L2", "SQNR", "max err", "plain (us)", "busbw", "speedup");
+  std::printf("# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %6s %9s | %11s %9s | %7s\n", "(B)",
+              "(values)", "", "", "(GB/s)", "(GB/s)", "(per rank)", "", "", "(dB)", "", "",
+              "(GB/s)", "");
 }
 
 inline void print_row(const row& r, const options& o) {
   std::printf(
-      "  %12zu %12zu %6s | %11.1f %9.3f %9.3f | %12zu %6.2f | %9.2e %9.2e | %11.1f %9.3f | "
+      "  %12zu %12zu %6s | %11.1f %9.3f %9.3f | %12zu %6.2f | %9.2e %6.1f %9.2e | %11.1f %9.3f | "
       "%6.2fx\n",
       r.size, r.count, dtype_label(o.dtype), r.time_us, r.algbw, r.busbw, r.wire,
-      static_cast<double>(r.plain_wire) / static_cast<double>(r.wire), r.rel_l2, r.max_error,
-      r.plain_time_us, r.plain_busbw, r.plain_time_us / r.time_us);
+      static_cast<double>(r.plain_wire) / static_cast<double>(r.wire), r.rel_l2, sqnr_db(r.rel_l2),
+      r.max_error, r.plain_time_us, r.plain_busbw, r.plain_time_us / r.time_us);
 }
 
 inline void write_json(const std::string& path, const options& o, const std::string& policy,
@@ -394,11 +452,11 @@ inline void write_json(const std::string& path, const options& o, const std::str
   std::fprintf(
       f,
       "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bits\": %d, \"bucket\": %zu, \"dtype\": \"%s\", "
-      "\"backend\": \"%s\", \"ranks\": %d, \"iterations\": %d, \"warmup\": %d, \"link\": %s, "
-      "\"rows\": [",
+      "\"data\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"iterations\": %d, \"warmup\": %d, "
+      "\"link\": %s, \"rows\": [",
       op_name(o.op), policy.c_str(), o.quantizer == "identity" ? 0 : o.bits, o.bucket,
-      o.dtype.c_str(), o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup,
-      link.c_str());
+      o.dtype.c_str(), gradient_data(o) ? "gradients" : "weights",
+      o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup, link.c_str());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     // Nine significant digits: std::to_string's fixed six decimals would turn an error of 4.8e-08
@@ -412,12 +470,14 @@ inline void write_json(const std::string& path, const options& o, const std::str
     std::fprintf(
         f,
         "%s\n  {\"size\": %zu, \"count\": %zu, \"time_us\": %s, \"algbw\": %s, \"busbw\": %s, "
-        "\"wire_bytes\": %zu, \"plain_wire_bytes\": %zu, \"rel_l2\": %s, \"max_error\": %s, "
+        "\"wire_bytes\": %zu, \"plain_wire_bytes\": %zu, \"rel_l2\": %s, \"sqnr_db\": %s, "
+        "\"max_error\": %s, "
         "\"plain_time_us\": %s, \"plain_busbw\": %s, \"speedup\": %s, \"codec_us\": %s, "
         "\"network_us\": %s}",
         i ? "," : "", r.size, r.count, number(r.time_us).c_str(), number(r.algbw).c_str(),
         number(r.busbw).c_str(), r.wire, r.plain_wire, number(r.rel_l2).c_str(),
-        number(r.max_error).c_str(), number(r.plain_time_us).c_str(), number(r.plain_busbw).c_str(),
+        number(sqnr_db(r.rel_l2)).c_str(), number(r.max_error).c_str(),
+        number(r.plain_time_us).c_str(), number(r.plain_busbw).c_str(),
         number(r.plain_time_us / r.time_us).c_str(), number(r.codec_us).c_str(),
         number(r.network_us).c_str());
   }
@@ -458,21 +518,38 @@ inline void report(const options& o, const std::string& policy, int rank, int wo
   if (!o.json.empty()) write_json(o.json, o, policy, world, rows);
 }
 
-/// Calls run(q, name) with the policy --quantizer and --bits name. `Widths` has bit b set for every
-/// width this binary instantiates (the device build keeps fewer, for compile time); others are
-/// refused.
-template <unsigned Widths, class Run>
+/// Calls run(q, name) with the policy --quantizer (and --inner) and --bits name. `Widths` has bit b
+/// set for every width this binary instantiates, `RotatedWidths` for qsdp::hadamard over each
+/// policy (the device build keeps fewer widths and no rotation, for compile time and because the
+/// kernels do not rotate yet); others are refused.
+template <unsigned Widths, unsigned RotatedWidths, class Run>
 void dispatch_policy(const options& o, Run&& run) {
   if (o.quantizer == "identity") return run(qsdp::identity{}, std::string("identity"));
-  const std::string name = o.quantizer + "<" + std::to_string(o.bits) + ">";
+  const bool rotated = o.quantizer == "hadamard";
+  const std::string family = rotated ? (o.inner.empty() ? "stochastic" : o.inner) : o.quantizer;
+  const std::string plain_name = family + "<" + std::to_string(o.bits) + ">";
+  const std::string name = rotated ? "hadamard<" + plain_name + ">" : plain_name;
+  if (rotated && RotatedWidths == 0)
+    usage_error(
+        "--quantizer hadamard: this backend of qsdp-bench has no rotated policies (the "
+        "device kernels do not rotate yet; the host backends do)");
   bool ran = false;
-  auto each_width = [&]<template <int> class P, unsigned Allowed>() {
+  auto each_width = [&]<template <int> class P, unsigned Allowed, unsigned AllowedRotated>() {
     [&]<int... B>(std::integer_sequence<int, B...>) {
       (
           [&] {
+            if (o.bits != B) return;
             if constexpr (((Allowed >> B) & 1u) != 0) {
-              if (o.bits == B) {
+              if (!rotated) {
                 run(P<B>{.bucket_size = o.bucket}, name);
+                ran = true;
+              }
+            }
+            if constexpr (((AllowedRotated >> B) & 1u) != 0) {
+              if (rotated) {
+                qsdp::hadamard<P<B>> q{};
+                q.bucket_size = o.bucket;
+                run(q, name);
                 ran = true;
               }
             }
@@ -481,31 +558,35 @@ void dispatch_policy(const options& o, Run&& run) {
     }
     (std::integer_sequence<int, 1, 2, 3, 4, 5, 6, 7, 8>{});
   };
-  if (o.quantizer == "stochastic")
-    each_width.template operator()<qsdp::stochastic, Widths>();
-  else if (o.quantizer == "uniform")
-    each_width.template operator()<qsdp::uniform, Widths>();
-  else if (o.quantizer == "symmetric")
-    each_width.template operator()<qsdp::symmetric, Widths>();
-  else if (o.quantizer == "random_shift")
-    each_width.template operator()<qsdp::random_shift, (Widths & ~2u)>();
+  if (family == "stochastic")
+    each_width.template operator()<qsdp::stochastic, Widths, RotatedWidths>();
+  else if (family == "uniform")
+    each_width.template operator()<qsdp::uniform, Widths, RotatedWidths>();
+  else if (family == "symmetric")
+    each_width.template operator()<qsdp::symmetric, Widths, RotatedWidths>();
+  else if (family == "random_shift")
+    each_width.template operator()<qsdp::random_shift, (Widths & ~2u), (RotatedWidths & ~2u)>();
+  else if (rotated)
+    usage_error("--inner " + family + ": expected stochastic, uniform, symmetric or random_shift");
   else
     usage_error("--quantizer " + o.quantizer +
-                ": expected stochastic, uniform, symmetric, random_shift or identity");
+                ": expected stochastic, uniform, symmetric, random_shift, identity or hadamard");
   if (!ran) {
+    const unsigned built_widths = rotated ? RotatedWidths : Widths;
     std::string built;
     for (int b = 1; b <= 8; ++b)
-      if ((Widths >> b) & 1u) built += (built.empty() ? "" : ",") + std::to_string(b);
+      if ((built_widths >> b) & 1u) built += (built.empty() ? "" : ",") + std::to_string(b);
     usage_error("--bits " + std::to_string(o.bits) +
-                " is not built into this backend of qsdp-bench (it has " + built + ")");
+                " is not built into this backend of qsdp-bench" + (rotated ? " for hadamard" : "") +
+                " (it has " + built + ")");
   }
 }
 
 /// Calls dispatch_policy for --dtype's element type: run.template operator()<T>(q, name).
-template <unsigned Widths, class Run>
+template <unsigned Widths, unsigned RotatedWidths, class Run>
 void dispatch(const options& o, Run&& run) {
   auto typed = [&]<class T>() {
-    dispatch_policy<Widths>(
+    dispatch_policy<Widths, RotatedWidths>(
         o, [&](const auto& q, const std::string& name) { run.template operator()<T>(q, name); });
   };
   if (o.dtype == "float")

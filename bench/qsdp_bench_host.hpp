@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -31,14 +32,23 @@
 
 namespace qsdp_bench::host {
 
-// Every width 1..8 (random_shift: 2..8).
+// Every width 1..8 (random_shift: 2..8); qsdp::hadamard over 2, 4 and 8 bits (the error table's
+// widths: each rotated policy doubles the sweep's compile time).
 inline constexpr unsigned all_widths = 0x1FEu;
+inline constexpr unsigned rotated_widths = 0x114u;
 
-/// The compressed call of policy q on a host communicator.
+/// The compressed call of policy q on a host communicator (delta_gather: through `delta`).
 template <class T, class Q, class Comm>
-void collective(Comm& comm, const Q& q, op_kind op, const T* send, T* recv, std::size_t count) {
+void collective(Comm& comm, const Q& q, op_kind op, const T* send, T* recv, std::size_t count,
+                qsdp::delta_gather<T>* delta = nullptr) {
   switch (op) {
     case op_kind::all_gather: qsdp::all_gather(comm, q, send, recv, count); break;
+    case op_kind::delta_gather:
+      if constexpr (qsdp::detail::is_identity<Q>)
+        qsdp::all_gather(comm, q, send, recv, count);  // the plain exchange
+      else
+        delta->all_gather(comm, q, send, recv);
+      break;
     case op_kind::reduce_scatter:
       qsdp::reduce_scatter(comm, q, send, recv, count, qsdp::reduce_op::sum);
       break;
@@ -71,14 +81,42 @@ struct host_buffers {
   std::vector<T> input, result, exact;
 };
 
+/// --op delta_gather: one qsdp::delta_gather per size, and weights that drift by 0.5 % of their
+/// spread (0.02) per call, in a float master copy (so bf16 and half weights drift too).
+template <class T>
+struct drifting_weights {
+  std::unique_ptr<qsdp::delta_gather<T>> gather;
+  std::vector<float> master, drift;
+
+  void reset(const std::vector<T>& input, int rank, int world) {
+    gather = std::make_unique<qsdp::delta_gather<T>>(input.size(), world);
+    master.resize(input.size());
+    for (std::size_t i = 0; i < input.size(); ++i) master[i] = qsdp::to_float(input[i]);
+    std::mt19937 rng(2000u + static_cast<unsigned>(rank));
+    std::normal_distribution<float> normal(0.0f, 0.005f * 0.02f);
+    drift.resize(input.size());
+    for (float& d : drift) d = normal(rng);
+  }
+  void step(std::vector<T>& input) {
+    for (std::size_t i = 0; i < input.size(); ++i) {
+      master[i] += drift[i];
+      input[i] = qsdp::from_float<T>(master[i]);
+    }
+  }
+};
+
 template <class T, class Comm, class Compressed, class Plain>
-void bind_host(runner<T>& r, Comm& comm, host_buffers<T>& b, Compressed compressed, Plain plain) {
+void bind_host(runner<T>& r, Comm& comm, host_buffers<T>& b, Compressed compressed, Plain plain,
+               drifting_weights<T>* weights = nullptr) {
   bind_common(r, comm);
-  r.prepare = [&b](const std::vector<T>& input, std::size_t, std::size_t out_count) {
+  r.prepare = [&b, &comm, weights](const std::vector<T>& input, std::size_t,
+                                   std::size_t out_count) {
     b.input = input;
     b.result.assign(out_count, T{});
     b.exact.assign(out_count, T{});
+    if (weights) weights->reset(input, comm.rank(), comm.size());
   };
+  if (weights) r.advance = [&b, weights] { weights->step(b.input); };
   r.compressed = [&b, compressed](std::size_t n) {
     compressed(b.input.data(), b.result.data(), n);
   };
@@ -141,7 +179,7 @@ codec_times time_codec(const options& o, const Q& q, std::size_t count, int rank
   std::vector<std::vector<T>> outputs;
   std::vector<std::vector<float>> sums;
   for (int k = 0; k < threads; ++k) {
-    inputs.push_back(make_input<T>(count, k, o.op));
+    inputs.push_back(make_input<T>(count, k, gradient_data(o)));
     packets.emplace_back(wire);
     outputs.emplace_back(count);
     sums.emplace_back(count, 0.0f);
@@ -195,7 +233,10 @@ std::vector<row> model_sweep(const options& o, const Q& q) {
     const double scatter_codec = nd * c.encode_s + nd * c.accumulate_s;
     double tq = 0, tp = 0, codec = 0;
     switch (o.op) {
-      case op_kind::all_gather: tq = gather_q, tp = gather_p, codec = gather_codec; break;
+      case op_kind::all_gather:
+      case op_kind::delta_gather:  // refused by parse
+        tq = gather_q, tp = gather_p, codec = gather_codec;
+        break;
       case op_kind::reduce_scatter: tq = scatter_q, tp = scatter_p, codec = scatter_codec; break;
       case op_kind::all_reduce:
         tq = scatter_q + gather_q, tp = scatter_p + gather_p, codec = scatter_codec + gather_codec;
@@ -233,12 +274,17 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
         [&](qsdp::local_communicator& comm) {
           runner<T> r;
           host_buffers<T> buffers;
+          drifting_weights<T> weights;
+          const bool delta = o.op == op_kind::delta_gather;
           bind_host(
               r, comm, buffers,
-              [&](const T* s, T* d, std::size_t n) { collective(comm, q, o.op, s, d, n); },
+              [&](const T* s, T* d, std::size_t n) {
+                collective(comm, q, o.op, s, d, n, weights.gather.get());
+              },
               [&](const T* s, T* d, std::size_t n) {
                 collective(comm, qsdp::identity{}, o.op, s, d, n);
-              });
+              },
+              delta ? &weights : nullptr);
           const std::vector<row> rows = run_sweep(r, o, q);
           report(o, policy, comm.rank(), comm.size(), rows);
         },
@@ -249,6 +295,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
   qsdp::mpi_communicator comm(MPI_COMM_WORLD);
   runner<T> r;
   host_buffers<T> buffers;
+  drifting_weights<T> weights;
   MPI_Datatype type = sizeof(T) == 4 ? MPI_FLOAT : MPI_UINT16_T;
   auto plain = [&](const T* s, T* d, std::size_t n) {
     if (n > static_cast<std::size_t>(INT32_MAX))
@@ -256,7 +303,8 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
     const int c = static_cast<int>(n);
     int rc = MPI_SUCCESS;
     switch (o.op) {
-      case op_kind::all_gather: rc = MPI_Allgather(s, c, type, d, c, type, MPI_COMM_WORLD); break;
+      case op_kind::all_gather:
+      case op_kind::delta_gather: rc = MPI_Allgather(s, c, type, d, c, type, MPI_COMM_WORLD); break;
       case op_kind::reduce_scatter:
       case op_kind::all_reduce:
         if constexpr (sizeof(T) != 4) {
@@ -275,7 +323,10 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
   };
   bind_host(
       r, comm, buffers,
-      [&](const T* s, T* d, std::size_t n) { collective(comm, q, o.op, s, d, n); }, plain);
+      [&](const T* s, T* d, std::size_t n) {
+        collective(comm, q, o.op, s, d, n, weights.gather.get());
+      },
+      plain, o.op == op_kind::delta_gather ? &weights : nullptr);
   const std::vector<row> rows = run_sweep(r, o, q);
   report(o, policy, comm.rank(), comm.size(), rows);
 #else

@@ -155,6 +155,7 @@ std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int d
                 "cudaMemcpyAsync (all_reduce input)");
         qsdp::all_reduce(qcomm, q, result.data(), count, qsdp::reduce_op::sum, stream);
         break;
+      case op_kind::delta_gather: throw std::logic_error("qsdp-bench: no delta_gather on NCCL");
     }
     qsdp::synchronize_and_check(stream);
     qcomm.check_async_error();
@@ -175,6 +176,7 @@ std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int d
             ncclAllReduce(input.data(), exact.data(), count, nccl_type<T>(), ncclSum, comm, stream),
             comm, "ncclAllReduce");
         break;
+      case op_kind::delta_gather: throw std::logic_error("qsdp-bench: no delta_gather on NCCL");
     }
     sync();
   };
@@ -275,7 +277,7 @@ void run_processes(const options& o, const Q& q, const std::string& policy, int 
 /// The sweep for one element type on `devices` GPUs (threads) or one per process (mpirun).
 template <class T>
 void run_typed(const options& o, const process_group& group, int devices) {
-  dispatch_policy<device_widths>(o, [&](const auto& q, const std::string& name) {
+  dispatch_policy<device_widths, 0u>(o, [&](const auto& q, const std::string& name) {
     if (group.world > 1) return run_processes<T>(o, q, name, devices, group);
     run_threads<T>(o, q, name, devices);
   });

@@ -6,6 +6,7 @@
 //
 //   qsdp_codec_demo [--size N] [--dtype float|bf16] [--data normal|gradient] [--bucket B]
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -89,6 +90,18 @@ double median_seconds(F&& f, int repeats) {
   return t[t.size() / 2];
 }
 
+/// "stochastic<4>", "hadamard<stochastic<4>>", "identity".
+template <class Q>
+std::string display_name() {
+  if constexpr (requires { typename Q::inner_policy; }) {
+    return "hadamard<" + display_name<typename Q::inner_policy>() + ">";
+  } else {
+    std::string name = qsdp::policy_name<Q>();
+    if constexpr (qsdp::quantizer<Q>) name += "<" + std::to_string(Q::bits) + ">";
+    return name;
+  }
+}
+
 template <class T>
 void run(const options& o) {
   std::printf("qsdp codec demo: %zu %s values (%.1f MiB), %s data, bucket %zu, host path %s\n\n",
@@ -111,10 +124,10 @@ void run(const options& o) {
       [&] { std::memcpy(static_cast<void*>(copy.data()), x.data(), o.size * sizeof(T)); }, repeats);
   const double memcpy_gbs = 2.0 * o.size * sizeof(T) / memcpy_s / 1e9;
 
-  std::printf("%-16s %12s %9s %9s %12s %12s %10s %10s\n", "policy", "wire bytes", "bits/val",
-              "ratio", "rel. L2 err", "max abs err", "enc GB/s", "dec GB/s");
-  std::printf("%-16s %12s %9s %9s %12s %12s %10s %10s\n", "", "", "", "", "", "", "(x memcpy)",
-              "(x memcpy)");
+  std::printf("%-24s %12s %9s %9s %12s %8s %12s %10s %10s\n", "policy", "wire bytes", "bits/val",
+              "ratio", "rel. L2 err", "SQNR dB", "max abs err", "enc GB/s", "dec GB/s");
+  std::printf("%-24s %12s %9s %9s %12s %8s %12s %10s %10s\n", "", "", "", "", "", "", "",
+              "(x memcpy)", "(x memcpy)");
   auto row = [&](auto q) {
     using Q = decltype(q);
     std::vector<std::byte> packet(qsdp::compressed_size<T>(q, o.size));
@@ -129,12 +142,12 @@ void run(const options& o) {
       max_err = std::max(max_err, std::abs(e));
     }
     const double moved = double(o.size * sizeof(T) + packet.size());
-    std::string name = qsdp::policy_name<Q>();
-    if constexpr (qsdp::quantizer<Q>) name += "<" + std::to_string(Q::bits) + ">";
-    std::printf("%-16s %12zu %9.4f %8.2fx %12.3e %12.3e %5.2f (%.2f) %5.2f (%.2f)\n", name.c_str(),
-                packet.size(), 8.0 * packet.size() / o.size,
-                double(o.size * sizeof(T)) / packet.size(), std::sqrt(err2 / norm2), max_err,
-                moved / enc_s / 1e9, moved / enc_s / 1e9 / memcpy_gbs, moved / dec_s / 1e9,
+    const std::string name = display_name<Q>();
+    const double rel_l2 = std::sqrt(err2 / norm2);
+    std::printf("%-24s %12zu %9.4f %8.2fx %12.3e %8.1f %12.3e %5.2f (%.2f) %5.2f (%.2f)\n",
+                name.c_str(), packet.size(), 8.0 * packet.size() / o.size,
+                double(o.size * sizeof(T)) / packet.size(), rel_l2, -20.0 * std::log10(rel_l2),
+                max_err, moved / enc_s / 1e9, moved / enc_s / 1e9 / memcpy_gbs, moved / dec_s / 1e9,
                 moved / dec_s / 1e9 / memcpy_gbs);
   };
   const std::size_t b = o.bucket;
@@ -150,9 +163,18 @@ void run(const options& o) {
   row(qsdp::stochastic<2>{.bucket_size = b, .seed = 1});
   row(qsdp::random_shift<2>{.bucket_size = b, .seed = 1});
   row(qsdp::symmetric<1>{.bucket_size = b});
+  // Rotated buckets need a power of two from 16 to 4096.
+  if (std::has_single_bit(b) && b >= 16 && b <= 4096) {
+    row(qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = b, .seed = 1}});
+    row(qsdp::hadamard<qsdp::random_shift<4>>{{.bucket_size = b, .seed = 1}});
+    row(qsdp::hadamard<qsdp::stochastic<2>>{{.bucket_size = b, .seed = 1}});
+  } else {
+    std::printf("(hadamard rows left out: bucket %zu is not a power of two from 16 to 4096)\n", b);
+  }
   std::printf(
       "\nwire bytes: packet size (header + per-bucket metadata + codes); ratio: input bytes / wire "
-      "bytes.\nrel. L2 err: ||x - decode(encode(x))|| / ||x||; max abs err: largest |x_i - y_i|.\n"
+      "bytes.\nrel. L2 err: ||x - decode(encode(x))|| / ||x||; SQNR dB: -20 log10(rel. L2 err); "
+      "max abs err: largest |x_i - y_i|.\n"
       "GB/s: (input + packet bytes) per second on one core; (x memcpy): that over memcpy of the "
       "input, %.2f GB/s (bytes read + written).\n",
       memcpy_gbs);

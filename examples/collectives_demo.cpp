@@ -172,16 +172,18 @@ void run(const options& o) {
                 reduce ? "reduce_scatter, sum of gradients" : "all_gather of weight shards",
                 reduce ? "each rank sends world chunks, receives the sum of its chunk"
                        : "each rank sends its shard, receives all shards");
-    std::printf("%-24s %14s %8s %12s %12s %10s %10s\n", "policy", "bytes sent/rank", "ratio",
-                "rel. L2 err", "max abs err", "time ms", "vs uncomp.");
+    std::printf("%-24s %14s %8s %12s %8s %12s %10s %10s\n", "policy", "bytes sent/rank", "ratio",
+                "rel. L2 err", "SQNR dB", "max abs err", "time ms", "vs uncomp.");
     for (const row& r : rows)
-      std::printf("%-24s %14zu %7.2fx %12.3e %12.3e %10.1f %9.2fx\n", r.policy.c_str(), r.wire,
-                  r.ratio, r.rel_l2, r.max_err, 1e3 * r.seconds, rows[0].seconds / r.seconds);
+      std::printf("%-24s %14zu %7.2fx %12.3e %8.1f %12.3e %10.1f %9.2fx\n", r.policy.c_str(),
+                  r.wire, r.ratio, r.rel_l2, -20.0 * std::log10(r.rel_l2), r.max_err,
+                  1e3 * r.seconds, rows[0].seconds / r.seconds);
   }
   std::printf(
       "\nbytes sent/rank: what one rank hands to the transport per call (packets incl. metadata).\n"
       "ratio: uncompressed bytes / compressed bytes. errors: against the uncompressed result, all "
-      "ranks.\n"
+      "ranks;\n"
+      "SQNR dB: -20 log10(rel. L2 err), signal over quantization noise (inf: exact).\n"
       "time: wall time of one call until the slowest rank is done; vs uncomp.: uncompressed time / "
       "this.\n"
       "Ranks here are threads sharing memory, so the 'network' is memcpy and compression mostly "
