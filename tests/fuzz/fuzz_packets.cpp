@@ -368,8 +368,7 @@ void decode_many(const Q& q, const exact_buffer& packets, std::size_t count,
 template <class Q>
 bool valid_bucket(std::size_t bucket_size) {
   if constexpr (is_rotated<Q>)
-    return std::has_single_bit(bucket_size) && bucket_size >= qsdp::detail::hadamard_min_bucket &&
-           bucket_size <= qsdp::detail::hadamard_max_bucket;
+    return qsdp::detail::hadamard_bucket_ok(bucket_size);
   else
     return bucket_size >= 1;
 }
@@ -461,7 +460,7 @@ int run_one_input(const std::uint8_t* data, std::size_t size) {
       if (operation == 2) {
         const std::uint32_t bucket_bytes = read_u32(prefix + 6);
         const std::size_t bucket = is_rotated<Q> && (bucket_bytes >> 31) == 0
-                                       ? std::size_t{16} << (bucket_bytes % 9)
+                                       ? qsdp::detail::hadamard_min_bucket << (bucket_bytes % 9)
                                        : bucket_bytes % 4097;
         round_trip<Q, T>(policy, payload, bucket, (mode & 0x80u) != 0);
         return;
