@@ -231,6 +231,10 @@ int main(int argc, char** argv) {
   register_all<qsdp::random_shift<8>, __nv_bfloat16>("random_shift<8>/bf16", {});
   register_all<qsdp::symmetric<8>, __nv_bfloat16>("symmetric<8>/bf16", {});
   register_all<qsdp::uniform<8>, float>("uniform<8>/f32", {});
+  // The rotated kernels (hadamard_kernels.cuh), bucket 1024: what the rotation costs on the device.
+  register_all<qsdp::hadamard<qsdp::stochastic<4>>, __nv_bfloat16>("hadamard<stochastic<4>>/bf16",
+                                                                   {});
+  register_all<qsdp::hadamard<qsdp::stochastic<4>>, float>("hadamard<stochastic<4>>/f32", {});
 
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -526,3 +526,21 @@ TEST_CASE("4-bit on gradient-like data with outliers: hadamard's error at least 
     CHECK(plain / rotated >= 3.0);
   }
 }
+
+TEST_CASE("hadamard_piece_log2 names the piece hadamard_forward rotates each value in") {
+  // The device kernels rotate a bucket's values in parallel and find each value's piece from its
+  // offset alone; the host walks the pieces in order. Every bucket length, every offset.
+  std::size_t wrong = 0, checked = 0;
+  for (std::uint32_t n = 1; n <= qsdp::detail::hadamard_max_bucket; ++n) {
+    for (std::uint32_t start = 0; start < n;) {
+      const auto p = static_cast<std::uint32_t>(qsdp::detail::hadamard_piece(n - start));
+      unsigned log = 0;
+      while ((1u << log) < p) ++log;
+      for (std::uint32_t offset = start; offset < start + p; ++offset, ++checked)
+        wrong += qsdp::detail::hadamard_piece_log2(offset, n) != log;
+      start += p;
+    }
+  }
+  CHECK(checked == std::size_t{4096} * 4097 / 2);
+  CHECK(wrong == 0);
+}

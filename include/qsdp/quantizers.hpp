@@ -278,7 +278,8 @@ inline constexpr auto hadamard_name = [] {
 /// call index. Unbiased whenever Inner is (the rotation is linear and exactly inverted, up to float
 /// rounding); Inner's error bound holds for the rotated values, and the decoded error has the same
 /// L2 norm. A bucket holding NaN or inf still decodes to NaN. A policy without a seed of its own
-/// (uniform, symmetric, user policies) gets `seed` and `calls` members here.
+/// (uniform, symmetric, user policies) gets `seed` and `calls` members here. Host codec and device
+/// kernels (detail/cuda/hadamard_kernels.cuh) write the same packets, byte for byte.
 template <class Inner>
 struct hadamard : Inner {
   QSDP_DETAIL_HADAMARD_MEMBERS(Inner)

@@ -111,6 +111,22 @@ void sweep_policy(Q q) {
   check_against_host<Q, float>(q, {5000, 4, 16}, false);
 }
 
+/// qsdp::hadamard<Inner>: every bucket size class of the rotated kernels (16 .. 4096), short last
+/// buckets of several pieces, count 0, unaligned source and packet, NaN and inf.
+template <class Q>
+void sweep_rotated(Q q) {
+  for (const std::size_t bucket : {16u, 128u, 1024u, 4096u}) {
+    q.bucket_size = bucket;
+    for (const layout_case& c : fast_cases) {
+      check_against_host<Q, float>(q, c, c.count > 1000);
+      check_against_host<Q, __nv_bfloat16>(q, c, c.count > 1000);
+    }
+    for (const layout_case& c : general_cases) check_against_host<Q, __half>(q, c, true);
+  }
+  q.bucket_size = 256;
+  check_accumulate(q, 100003, 4, 0);  // one rotation: summed, then transformed back once
+}
+
 template <template <int> class P, int... Bits>
 void sweep_bits(std::integer_sequence<int, Bits...>) {
   (sweep_policy(P<Bits>{}), ...);
@@ -130,6 +146,12 @@ TEST_CASE("device symmetric, random_shift and user-policy packets equal the host
   sweep_bits<qsdp::symmetric>(std::integer_sequence<int, 1, 4, 8>{});
   sweep_bits<qsdp::random_shift>(std::integer_sequence<int, 2, 5, 8>{});
   sweep_policy(gpu_test::sqrt_law<6>{});
+}
+
+TEST_CASE("device hadamard<Inner> packets equal the host's, and decode to its values") {
+  sweep_rotated(qsdp::hadamard<qsdp::stochastic<4>>{});
+  sweep_rotated(qsdp::hadamard<qsdp::uniform<8>>{});
+  sweep_rotated(qsdp::hadamard<qsdp::random_shift<2>>{});
 }
 
 TEST_CASE("device identity packets are the raw values") {

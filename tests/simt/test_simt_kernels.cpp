@@ -242,9 +242,12 @@ TEST_CASE("emulated kernels: the fused reduce-scatter decode sums like the host"
                                              true);
 }
 
-/// decode_accumulate of three packets (buckets 1 and 3 of the second flagged) against the host's.
+/// decode_accumulate of three packets (buckets 1 and 3 of the second flagged) against the host's;
+/// encoded at one call index, or (calls_differ) at three, which a rotated policy's packets then
+/// carry as three different rotations.
 template <class Q>
-void check_accumulate(const Q& q, std::size_t count, std::size_t acc_offset = 0) {
+void check_accumulate(const Q& q, std::size_t count, std::size_t acc_offset = 0,
+                      bool calls_differ = false) {
   const std::size_t packets = 3;
   const std::size_t bytes = qsdp::compressed_size<float>(q, count);
   buffer in(bytes * packets, 0);
@@ -255,7 +258,8 @@ void check_accumulate(const Q& q, std::size_t count, std::size_t acc_offset = 0)
       x[q.bucket_size + 6] = NAN;
       x[3 * q.bucket_size + 8] = -INFINITY;
     }
-    qsdp::encode(q, x.data(), count, in.get() + p * bytes, qsdp::rng_position{.call = 1});
+    qsdp::encode(q, x.data(), count, in.get() + p * bytes,
+                 qsdp::rng_position{.call = calls_differ ? 1 + p : 1});
   }
   std::vector<float> want = qsdp_test::make_data(qsdp_test::distribution::normal, count, 80);
   buffer acc(count * sizeof(float), acc_offset);
@@ -356,6 +360,50 @@ TEST_CASE("emulated kernels: replayed launches draw from the device call counter
   // General kernels (bucket 100), and a counter past 2^32.
   check_replays<qsdp::stochastic<8>, float>(qsdp::stochastic<8>{.bucket_size = 100}, 777,
                                             (std::uint64_t{1} << 32) - 2, 0);
+}
+
+// ---- qsdp::hadamard<Inner>: the rotation fused into encode and decode (hadamard_kernels.cuh)
+
+template <class Q>
+void sweep_rotated(Q q) {
+  for (const std::size_t bucket : {16u, 64u, 1024u, 4096u}) {
+    if (short_sweeps() && (bucket == 64 || bucket == 1024)) continue;
+    q.bucket_size = bucket;
+    // 100: one short bucket in pieces of 64, 32 and 4; 4097: a last bucket of one value; 14003:
+    // four tiles (the grid of three blocks wraps) and a short last bucket of several pieces.
+    for (const std::size_t count : {0u, 1u, 100u, 4097u, 14003u}) {
+      if (short_sweeps() && count != 14003 && count != 100) continue;
+      check<Q, float>(q, count, 0, 0, count > 100);
+      check<Q, __nv_bfloat16>(q, count, 0, 0, false);
+    }
+  }
+  q.bucket_size = 256;  // unaligned source and packet: byte stores
+  check<Q, __half>(q, 5003, 2, 3, true);
+  check<Q, __nv_bfloat16>(q, 777, 1, 0, false);  // input off its element's alignment
+}
+
+TEST_CASE("emulated kernels: hadamard<Inner> writes the host's rotated packets and decodes them") {
+  sweep_rotated(qsdp::hadamard<qsdp::stochastic<4>>{});
+  sweep_rotated(qsdp::hadamard<qsdp::uniform<8>>{});
+  if (!short_sweeps()) {
+    sweep_rotated(qsdp::hadamard<qsdp::random_shift<2>>{});
+    sweep_rotated(qsdp::hadamard<qsdp::symmetric<3>>{});
+  }
+}
+
+TEST_CASE("emulated kernels: rotated packets are summed before one inverse, as on the host") {
+  using rotated4 = qsdp::hadamard<qsdp::stochastic<4>>;
+  check_reduce<rotated4, __nv_bfloat16>(rotated4{{.bucket_size = 2048}}, 9000, 4);
+  check_reduce<rotated4, float>(rotated4{{.bucket_size = 128}}, 3001, 3, 8);  // skewed output
+  check_reduce<rotated4, __nv_bfloat16>(rotated4{{.bucket_size = 512}}, 9000, 3, 0, true);
+  using rotated8 = qsdp::hadamard<qsdp::random_shift<8>>;
+  check_reduce<rotated8, float>(rotated8{{.bucket_size = 4096}}, 20000, 2);
+  // decode_accumulate: one rotation (summed, then transformed back), and three (each packet
+  // transformed back and added in turn), flagged buckets in both.
+  check_accumulate(qsdp::hadamard<qsdp::uniform<4>>{{.bucket_size = 64}}, 64 * 40 + 13);
+  check_accumulate(qsdp::hadamard<qsdp::uniform<4>>{{.bucket_size = 64}}, 64 * 40 + 13, 4, true);
+  check_accumulate(qsdp::hadamard<qsdp::symmetric<2>>{{.bucket_size = 1024}}, 1024 * 5 + 45, 0,
+                   true);
 }
 
 TEST_SUITE_END();

@@ -79,6 +79,41 @@ QSDP_HOST_DEVICE constexpr std::size_t hadamard_piece(std::size_t n) {
   return p;
 }
 
+/// log2 of the size of the piece that holds value `offset` (< n) of a bucket of n values: the
+/// pieces follow n's binary expansion, largest first, so offset lies in the piece of the highest
+/// bit where it and n differ (n has it, offset not). The kernels, which rotate a bucket's values in
+/// parallel, locate each value's piece with it; hadamard_forward walks the pieces in order.
+QSDP_HOST_DEVICE constexpr unsigned hadamard_piece_log2(std::uint32_t offset, std::uint32_t n) {
+#if defined(__CUDA_ARCH__)
+  return 31u - static_cast<unsigned>(__clz(offset ^ n));
+#else
+  unsigned log = 0;
+  for (std::uint32_t d = (offset ^ n) >> 1; d != 0; d >>= 1) ++log;
+  return log;
+#endif
+}
+
+/// 2^-log (log 0..12), exactly: the forward scaling of a piece of 2^log values.
+QSDP_HOST_DEVICE constexpr float hadamard_inverse_size(unsigned log) {
+  return bit_cast<float>((127u - log) << 23);
+}
+
+/// 2^log (log 0..12): the inverse's final scaling of a piece of 2^log values.
+QSDP_HOST_DEVICE constexpr float hadamard_size(unsigned log) {
+  return bit_cast<float>((127u + log) << 23);
+}
+
+/// a * b rounded once, never fused with a later addition: the rotation's scalings are exact
+/// products (powers of two) except for subnormal results, where a fused multiply-add would round
+/// differently from the host's separate multiply.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float hadamard_product(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 /// Whether `n` is a bucket size hadamard<Inner> takes: a power of two from 16 to 4096.
 QSDP_HOST_DEVICE constexpr bool hadamard_bucket_ok(std::size_t n) {
   return n >= hadamard_min_bucket && n <= hadamard_max_bucket && (n & (n - 1)) == 0;
@@ -136,6 +171,12 @@ QSDP_HOST_DEVICE constexpr float saturate_infinite(float x) {
   return x > largest ? largest : x < -largest ? -largest : x;
 }
 
+/// An inverse rotation's result as decoders hand it on: quiet_nan() for any NaN, and, with
+/// `saturate`, an infinite value clipped to +-FLT_MAX (hadamard_inverse says why).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float hadamard_output(float x, bool saturate) {
+  return x != x ? quiet_nan() : saturate ? saturate_infinite(x) : x;
+}
+
 /// Inverse rotation of one bucket (hadamard_forward's layout): v holds decoded rotated values on
 /// entry and the values on return. The piece is scaled by 1/p first and by p last (both exact but
 /// for subnormals), so that no partial sum overflows where the result does not: quantization error
@@ -154,10 +195,9 @@ QSDP_HOST_DEVICE inline void hadamard_inverse(float* v, std::size_t n, std::uint
     const float size = static_cast<float>(p), scale = 1.0f / size;  // exact: powers of two
     for (std::size_t j = 0; j < p; ++j) v[start + j] *= scale;
     hadamard_butterflies(v + start, p);
-    for (std::size_t j = 0; j < p; ++j) {
-      const float x = v[start + j] * (signs.negative(first + start + j) ? -size : size);
-      v[start + j] = x != x ? quiet_nan() : Saturate ? saturate_infinite(x) : x;
-    }
+    for (std::size_t j = 0; j < p; ++j)
+      v[start + j] = hadamard_output(
+          v[start + j] * (signs.negative(first + start + j) ? -size : size), Saturate);
     start += p;
   }
 }

@@ -26,6 +26,7 @@
 #include "../codec/group.hpp"
 #include "../transport/cuda_runtime.hpp"
 #include "codec_kernels.cuh"
+#include "hadamard_kernels.cuh"
 
 namespace qsdp::detail::cuda {
 
@@ -77,6 +78,15 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
       sizeof(packet_header) + (l.codes_offset - meta_end) + (l.total - code_end);
   launch(write_frame_kernel<>, grid_for(frame_bytes, codec_block), codec_block, stream,
          "write_frame_kernel", where, packet, h, meta_end, l.codes_offset, code_end, l.total);
+  if constexpr (rotated<Q>()) {
+    // Launched for count 0 too: its first thread writes the rotation record, whose call index
+    // may come from the device counter.
+    const int log2_bucket = pow2_log(q.bucket_size, hadamard_min_bucket, hadamard_max_bucket);
+    launch(rotated_encode_kernel<Q, T>, grid_for((count + rotation_tile - 1) / rotation_tile, 1),
+           rotation_block, stream, "rotated_encode_kernel", where, q, src, count, packet, l, source,
+           static_cast<unsigned>(log2_bucket), aligned16(packet));
+    return;
+  }
   if (count == 0) return;
   if constexpr (is_identity<Q>) {
     check(cudaMemcpyAsync(packet + l.codes_offset, src, count * sizeof(T), cudaMemcpyDeviceToDevice,
@@ -137,8 +147,15 @@ void launch_decode(const Q& q, const std::byte* packets, std::size_t packet_byte
   if constexpr (is_identity<Q>) {
     l = make_layout(want.bits == 0 ? 8 : want.bits, 0, 0, count);  // only codes_offset is read
   } else {
-    l = make_layout(Q::bits, meta_size_of<Q>(), q.bucket_size, count);
+    l = layout_for<Q, float>(q, count);  // the element type does not move a quantized layout
     log2_bucket = pow2_log(q.bucket_size, group_values, std::size_t{1} << 62);
+  }
+  if constexpr (rotated<Q>()) {  // count 0 too: the kernel checks the headers
+    launch(rotated_decode_kernel<Q, Sink>, grid_for((count + rotation_tile - 1) / rotation_tile, 1),
+           rotation_block, stream, "rotated_decode_kernel", where, q, packets, packet_bytes,
+           packet_count, first_index, count, l, want, static_cast<unsigned>(log2_bucket),
+           aligned16(packets) && (packet_count == 1 || packet_bytes % 16 == 0), failure, sink);
+    return;
   }
   const std::uint64_t groups = (count + group_values - 1) / group_values;
   std::uint64_t first_group = 0;
@@ -184,9 +201,6 @@ inline failure_channel& codec_failures(int device) {
 template <class Q>
 int check_device_call(const Q& q, std::size_t count, cudaStream_t stream, const char* where) {
   require_policy<Q>();
-  static_assert(!rotated<Q>(),
-                "qsdp::hadamard<Inner> runs on the host codec only so far: its device kernels are "
-                "not written yet");
   check_bucket_size(q, where);
   check_count(count, where);
   const int device = stream_device(stream, where);

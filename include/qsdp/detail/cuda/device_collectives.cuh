@@ -41,9 +41,6 @@ void check_device_collective(Comm& comm, const Q& q, const void* a, const char* 
                              const void* b, const char* b_name, std::size_t count,
                              cudaStream_t stream, const char* where) {
   require_policy<Q>();
-  static_assert(!rotated<Q>(),
-                "qsdp::hadamard<Inner> runs on the host codec only so far: its device kernels are "
-                "not written yet");
   require_device_element<T>();
   check_bucket_size(q, where);
   check_count(count, where);
