@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "codec.hpp"
@@ -78,13 +79,17 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 /// distributed optimizer, any data-parallel replica that all-gathers updated shards). Memory: the
 /// reconstruction, count * world values of T, plus count floats of difference, plus (T other than
 /// float) count * world floats of decoded differences; under ZeRO-3, which frees the gathered
-/// weights between uses, it costs a full copy of them.
+/// weights between uses, it costs a full copy of them. It is allocated by the first call, in host
+/// memory for a host communicator, in the communicator's device memory for a device communicator
+/// (the device overload, with a stream); one object serves one of the two.
 ///
 /// Collective like all_gather: a rank that calls with another count or policy makes every rank
 /// throw; so does a rank whose reconstruction has seen a different number of calls (one that
-/// skipped a call or reset alone), since its reconstruction no longer matches the others'. A
-/// reconstruction value that is not finite (a NaN or inf that a shard once held) counts as 0 in
-/// the next difference, on every rank alike, so the value recovers at the next call.
+/// skipped a call or reset alone), since its reconstruction no longer matches the others' (on
+/// device buffers the counts are compared by a kernel, and every rank throws at its next call, as a
+/// bad packet is reported). A reconstruction value that is not finite (a NaN or inf that a shard
+/// once held) counts as 0 in the next difference, on every rank alike, so the value recovers at the
+/// next call. Host and device calls give the same values, bit for bit.
 template <class T>
 class delta_gather {
  public:
@@ -94,16 +99,23 @@ class delta_gather {
   /// full[r * count, (r + 1) * count) = rank r's reconstructed shard, after sending this rank's.
   template <communicator Comm, class Q>
   void all_gather(Comm& comm, const Q& q, const T* shard, T* full);
+#if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
+  /// The same on device buffers, ordered on `stream` (T: float, __half or __nv_bfloat16); no host
+  /// synchronisation after the first call.
+  template <device_communicator Comm, class Q>
+  void all_gather(Comm& comm, const Q& q, const T* shard, T* full, cudaStream_t stream);
+#endif
 
   std::size_t count() const noexcept { return count_; }
   int world() const noexcept { return world_; }
   /// Calls since construction or the last reset().
   std::uint64_t calls() const noexcept { return calls_; }
-  /// The reconstruction every rank holds: count * world values, as the last call returned them.
-  const T* reconstruction() const noexcept { return reconstruction_.data(); }
+  /// The reconstruction every rank holds: count * world values, as the last call returned them
+  /// (host memory, or device memory after device calls; null before the first call).
+  const T* reconstruction() const noexcept;
   /// Forgets the reconstruction (every rank must reset before the same call).
   void reset();
-  /// Bytes this object holds.
+  /// Bytes this object holds (host or device memory).
   std::size_t memory_bytes() const noexcept;
 
  private:
@@ -114,6 +126,9 @@ class delta_gather {
   std::vector<float> difference_;
   std::vector<float> decoded_;             // T other than float: the gathered differences
   std::vector<std::uint64_t> peer_calls_;  // the ranks' call counts, exchanged every call
+  std::shared_ptr<void> device_;           // device calls: detail::cuda::delta_state<T>
+  T* device_reconstruction_ = nullptr;     // device calls: its reconstruction
+  bool reset_pending_ = false;             // device calls: zero the reconstruction first
 };
 
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
@@ -147,4 +162,5 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 #include "detail/collectives/host.hpp"
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 #include "detail/cuda/device_collectives.cuh"
+#include "detail/cuda/device_delta.cuh"
 #endif

@@ -61,6 +61,40 @@ std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int w
   return outputs;
 }
 
+template <class Q, class T>
+std::vector<std::vector<std::vector<T>>> device_delta_gather(
+    const Q& q, int world, std::size_t count,
+    const std::vector<std::vector<std::vector<T>>>& shards, int reset_alone,
+    std::vector<std::string>* errors) {
+  const auto w = static_cast<std::size_t>(world);
+  std::vector<std::vector<std::vector<T>>> outputs(shards.size(), std::vector<std::vector<T>>(w));
+  if (errors) errors->assign(w, "");
+  qsdp::run_local_cuda(world, [&](qsdp::cuda_local_communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    qsdp::delta_gather<T> gather(count, world);
+    thrust::device_vector<T> shard(count), full(count * w);
+    for (std::size_t c = 0; c < shards.size(); ++c) {
+      if (reset_alone >= 0 && c + 1 == shards.size() && comm.rank() == reset_alone) gather.reset();
+      thrust::copy(shards[c][r].begin(), shards[c][r].end(), shard.begin());
+      gather.all_gather(comm, q, thrust::raw_pointer_cast(shard.data()),
+                        thrust::raw_pointer_cast(full.data()), comm.stream());
+      cuda_ok(cudaStreamSynchronize(comm.stream()), "sync");
+      outputs[c][r].resize(count * w);
+      thrust::copy(full.begin(), full.end(), outputs[c][r].begin());
+    }
+    if (reset_alone >= 0) {  // the mismatch the last call's kernel found is thrown now
+      try {
+        gather.all_gather(comm, q, thrust::raw_pointer_cast(shard.data()),
+                          thrust::raw_pointer_cast(full.data()), comm.stream());
+        cuda_ok(cudaStreamSynchronize(comm.stream()), "sync");
+      } catch (const qsdp::error& e) {
+        if (errors) (*errors)[r] = e.what();
+      }
+    }
+  });
+  return outputs;
+}
+
 bool nccl_built() { return QSDP_TEST_NCCL != 0; }
 
 template <class Q, class T>
@@ -204,7 +238,10 @@ std::vector<std::vector<T>> nccl_graph_replays(collective kind, const Q& q, cons
   template std::vector<std::vector<T>> gpu_test::nccl_one_rank<Q, T>(const Q&,                     \
                                                                      const std::vector<T>&, bool); \
   template std::vector<std::vector<T>> gpu_test::nccl_graph_replays<Q, T>(                         \
-      collective, const Q&, const std::vector<T>&, int);
+      collective, const Q&, const std::vector<T>&, int);                                           \
+  template std::vector<std::vector<std::vector<T>>> gpu_test::device_delta_gather<Q, T>(           \
+      const Q&, int, std::size_t, const std::vector<std::vector<std::vector<T>>>&, int,            \
+      std::vector<std::string>*);
 
 using gpu_test::collective;
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::random_shift<8>, __nv_bfloat16)
@@ -215,3 +252,4 @@ GPU_TEST_COLLECTIVE_INSTANCES(qsdp::symmetric<8>, float)
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::identity, float)
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::hadamard<qsdp::stochastic<4>>, float)
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::hadamard<qsdp::random_shift<4>>, __nv_bfloat16)
+GPU_TEST_COLLECTIVE_INSTANCES(qsdp::random_shift<4>, float)

@@ -72,6 +72,17 @@ template <class Q, class T>
 std::vector<std::vector<T>> nccl_graph_replays(collective kind, const Q& q, const std::vector<T>& x,
                                                int replays);
 
+/// qsdp::delta_gather on device buffers among world ranks of run_local_cuda: call c sends
+/// shards[c][r] from rank r; returns every call's gathered output, [call][rank]. With reset_alone
+/// >= 0, that rank resets its object before the last call: then the returned outputs stop at the
+/// calls made, and `errors` (when given) receives each rank's qsdp::error message of the call after
+/// the last ("" where none was thrown).
+template <class Q, class T>
+std::vector<std::vector<std::vector<T>>> device_delta_gather(
+    const Q& q, int world, std::size_t count,
+    const std::vector<std::vector<std::vector<T>>>& shards, int reset_alone = -1,
+    std::vector<std::string>* errors = nullptr);
+
 /// The message of the qsdp::error a device call with bad arguments throws, or "" if none is thrown.
 /// Cases: "host send pointer", "pinned recv pointer", "stream of another device", "captured first
 /// call", "corrupt header", "misplaced packet", "null call counter", "host call counter",

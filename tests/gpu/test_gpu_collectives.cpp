@@ -119,6 +119,60 @@ TEST_CASE("device collectives of hadamard<Inner> equal the host's, bit for bit")
                            qsdp::reduce_op::avg, 2);
 }
 
+/// Shards of slowly drifting weights: calls x world x count.
+template <class T>
+std::vector<std::vector<std::vector<T>>> drifting_shards(int calls, int world, std::size_t count) {
+  std::vector<std::vector<std::vector<T>>> shards(static_cast<std::size_t>(calls));
+  for (int c = 0; c < calls; ++c)
+    for (int r = 0; r < world; ++r) {
+      const auto base = qsdp_test::make_data(qsdp_test::distribution::normal, count,
+                                             60 + static_cast<std::uint32_t>(r));
+      const auto step = qsdp_test::make_data(qsdp_test::distribution::normal, count,
+                                             90 + static_cast<std::uint32_t>(r * 100 + c));
+      std::vector<float> w(count);
+      for (std::size_t i = 0; i < count; ++i)
+        w[i] = base[i] + 1e-3f * static_cast<float>(c) * step[i];
+      shards[static_cast<std::size_t>(c)].push_back(qsdp_test::convert<T>(w));
+    }
+  return shards;
+}
+
+template <class Q, class T>
+void compare_delta(const Q& q, int world, std::size_t count, int calls) {
+  const auto shards = drifting_shards<T>(calls, world, count);
+  const auto w = static_cast<std::size_t>(world);
+  std::vector<std::vector<std::vector<T>>> expected(shards.size(), std::vector<std::vector<T>>(w));
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    qsdp::delta_gather<T> gather(count, world);
+    for (std::size_t c = 0; c < shards.size(); ++c) {
+      expected[c][r].resize(count * w);
+      gather.all_gather(comm, q, shards[c][r].data(), expected[c][r].data());
+    }
+  });
+  const auto got = gpu_test::device_delta_gather(q, world, count, shards);
+  for (std::size_t c = 0; c < shards.size(); ++c)
+    for (std::size_t r = 0; r < w; ++r) {
+      INFO(qsdp::policy_name<Q>() << " world " << world << " count " << count << " call " << c
+                                  << " rank " << r);
+      CHECK(count_differences(expected[c][r], got[c][r]) == 0);
+    }
+}
+
+TEST_CASE("device delta_gather equals the host's, call after call, and catches a lone reset") {
+  compare_delta<qsdp::random_shift<4>, float>({.bucket_size = 2048}, 3, 10001, 5);
+  compare_delta<qsdp::stochastic<8>, __nv_bfloat16>({}, 2, 65536, 4);
+  compare_delta<qsdp::hadamard<qsdp::stochastic<4>>, float>({{.bucket_size = 256}}, 4, 4099, 3);
+  // Rank 1 resets alone before the third call: the device finds the counts differ, and every
+  // rank's next call throws, naming them.
+  std::vector<std::string> errors;
+  gpu_test::device_delta_gather(qsdp::random_shift<4>{}, 3, 1000,
+                                drifting_shards<float>(3, 3, 1000), 1, &errors);
+  REQUIRE(errors.size() == 3);
+  for (const std::string& e : errors)
+    CHECK(e.find("rank 1's reconstruction has seen 0 calls, rank 0's 2") != std::string::npos);
+}
+
 TEST_CASE(
     "device all_reduce equals the host's, and later calls draw fresh numbers as the host's do") {
   compare<qsdp::stochastic<8>, __nv_bfloat16>(collective::all_reduce, {}, 3, 100001,
