@@ -583,9 +583,10 @@ QSDP_AVX2_INLINE __m256 butterflies8(__m256 v) {
 struct bucket_signs {
   std::uint64_t words[hadamard_max_bucket / 64 + 2];
   std::uint64_t first_word;
-  /// The masks of values i .. i + 7 (i % 8 == 0).
+  /// The masks of values i .. i + 7 (i % 8 == 0): their bits are one byte of the words (x86 is
+  /// little-endian), loaded as such, without shifting a word.
   QSDP_AVX2_INLINE __m256 masks8(std::uint64_t i) const {
-    return sign_masks8(words[i / 64 - first_word] >> (i % 64));
+    return sign_masks8(reinterpret_cast<const unsigned char*>(words)[i / 8 - first_word * 8]);
   }
 };
 
