@@ -440,7 +440,8 @@ TEST_CASE("hadamard: the AVX-512, AVX2 and baseline host paths give bit-identica
   for (std::size_t n : {std::size_t{1}, std::size_t{77}, std::size_t{4096}, std::size_t{10000}}) {
     for (distribution d : all_distributions) {
       const auto data = make_data(d, n, static_cast<std::uint32_t>(n));
-      for (std::size_t bucket : {std::size_t{16}, std::size_t{64}, std::size_t{1024}}) {
+      for (std::size_t bucket :
+           {std::size_t{16}, std::size_t{64}, std::size_t{1024}, std::size_t{4096}}) {
         for_each_rotated(bucket, 8, [&](auto q) {
           check_paths<float>(q, data, "float");
 #if QSDP_HAS_CUDA_HALF

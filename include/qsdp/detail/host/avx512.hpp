@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// AVX-512 loops for the stochastic encode on x86-64 CPUs that have AVX-512 F, BW, DQ and VL. With
+// AVX-512 loops for the stochastic encode, and hadamard<Inner>'s forward rotation, on x86-64 CPUs
+// that have AVX-512 F, BW, DQ and VL. With
 // AVX2 that encode is bound by its vector instructions, not by memory (bench/results/
 // 2026-12-01-host-codec.md: about 5.6 per value on three ports): Philox needs two 32-bit high
 // multiplies per round and AVX2 has none, and the exact double-precision arithmetic runs four
@@ -24,6 +25,7 @@
 #include <cstring>
 
 #include "../codec/grid.hpp"
+#include "../codec/hadamard.hpp"
 #include "../codec/philox.hpp"
 #include "../codec/statistics.hpp"
 #include "avx2.hpp"
@@ -335,6 +337,114 @@ QSDP_AVX512_LOOP void encode_drawn_codes(const float* x, std::size_t n, const co
         static_cast<std::uint8_t>(grid_code<true>(grid, value, uniform_from_half(halves[v])));
   }
   d.block = ~std::uint64_t{0};
+}
+
+// ---- hadamard<Inner>'s forward rotation, sixteen values per instruction (avx2.hpp's loops with
+// twice the lanes: the same IEEE operations in the same order, so the same bits) ----
+
+/// The butterfly stages of stride 1, 2, 4 and 8 within sixteen values: fma(v, +-1, partner) is
+/// the lower lane's v + partner and the upper lane's partner - v (avx2::butterflies8).
+QSDP_AVX512_INLINE __m512 butterflies16(__m512 v) {
+  const __m512 one = _mm512_set1_ps(1.0f), minus = _mm512_set1_ps(-1.0f);
+  v = _mm512_fmadd_ps(v, _mm512_mask_blend_ps(0xAAAA, one, minus), _mm512_permute_ps(v, 0xB1));
+  v = _mm512_fmadd_ps(v, _mm512_mask_blend_ps(0xCCCC, one, minus), _mm512_permute_ps(v, 0x4E));
+  v = _mm512_fmadd_ps(v, _mm512_mask_blend_ps(0xF0F0, one, minus),
+                      _mm512_shuffle_f32x4(v, v, 0xB1));
+  return _mm512_fmadd_ps(v, _mm512_mask_blend_ps(0xFF00, one, minus),
+                         _mm512_shuffle_f32x4(v, v, 0x4E));
+}
+
+/// avx2::vector_stages on vectors of sixteen.
+template <int S>
+QSDP_AVX512_INLINE void vector_stages(__m512 (&x)[8]) {
+  QSDP_AVX512_UNROLL_8
+  for (int level = 0; level < S; ++level) {
+    const int d = 1 << level;
+    QSDP_AVX512_UNROLL_8
+    for (int t = 0; t < (1 << S); ++t) {
+      if (t & d) continue;
+      const __m512 a = x[t], b = x[t + d];
+      x[t] = _mm512_add_ps(a, b);
+      x[t + d] = _mm512_sub_ps(a, b);
+    }
+  }
+}
+
+/// One pass over a piece of p >= 16 values (avx2::rotation_pass): the first loads 2^S consecutive
+/// vectors from `from`, scales them and applies the signs (value i's bit of the sign words, a
+/// 16-bit mask per vector), runs the in-vector strides and then strides 16 .. 2^(S-1) 16 across
+/// them; a later pass runs strides h .. 2^(S-1) h (h >= 128) on vectors h apart.
+template <int S, bool FirstPass>
+QSDP_AVX512_INLINE void forward_pass(const float* from, float* v, std::size_t p, std::size_t h,
+                                     __m512 scale, const std::uint16_t* sign_masks) {
+  constexpr int vectors = 1 << S;
+  const std::size_t stride = FirstPass ? 16 : h, span = stride * vectors;
+  const __m512 sign_bit = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  for (std::size_t block = 0; block < p; block += span) {
+    if constexpr (FirstPass)
+      for (std::size_t line = 0; line < span; line += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(from + block + line + avx2::prefetch_distance),
+                     _MM_HINT_T0);
+    for (std::size_t o = 0; o < stride; o += 16) {
+      __m512 x[8];
+      QSDP_AVX512_UNROLL_8
+      for (int t = 0; t < vectors; ++t) {
+        const std::size_t j = block + o + static_cast<std::size_t>(t) * stride;
+        if constexpr (FirstPass) {
+          const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(from + j), scale);
+          x[t] = butterflies16(_mm512_mask_xor_ps(
+              scaled, static_cast<__mmask16>(sign_masks[j / 16]), scaled, sign_bit));
+        } else {
+          x[t] = _mm512_load_ps(v + j);
+        }
+      }
+      vector_stages<S>(x);
+      QSDP_AVX512_UNROLL_8
+      for (int t = 0; t < vectors; ++t)
+        _mm512_store_ps(v + block + o + static_cast<std::size_t>(t) * stride, x[t]);
+    }
+  }
+}
+
+/// avx2::hadamard_forward with sixteen lanes for the pieces of 16 values and more (v 64-byte
+/// aligned, first % 16 == 0); the rest of a short bucket goes to the AVX2 loops.
+QSDP_AVX512_LOOP void hadamard_forward(const float* from, float* v, std::size_t n,
+                                       std::uint64_t first, const rotation_record& r) {
+  avx2::bucket_signs signs;
+  avx2::fetch_signs(signs, n, first, r);
+  // Value first + j's sign is bit j % 16 of 16-bit word j / 16 from here (x86: little-endian).
+  const auto* masks =
+      reinterpret_cast<const std::uint16_t*>(signs.words) + (first / 16 - signs.first_word * 4);
+  std::size_t start = 0;
+  for (; start < n && hadamard_piece(n - start) >= 16;) {
+    const std::size_t p = hadamard_piece(n - start);
+    const __m512 scale = _mm512_set1_ps(1.0f / static_cast<float>(p));
+    const std::uint16_t* piece_masks = masks + start / 16;
+    std::size_t h = 16;  // the next stride to run
+    for (bool first_pass = true; first_pass || h < p; first_pass = false) {
+      const std::size_t left = p / h;  // vectors a full run would combine
+      const int stages = left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0;
+      const float* in = from + start;
+      float* out = v + start;
+      if (first_pass) {
+        switch (stages) {
+          case 0: forward_pass<0, true>(in, out, p, h, scale, piece_masks); break;
+          case 1: forward_pass<1, true>(in, out, p, h, scale, piece_masks); break;
+          case 2: forward_pass<2, true>(in, out, p, h, scale, piece_masks); break;
+          default: forward_pass<3, true>(in, out, p, h, scale, piece_masks); break;
+        }
+      } else {
+        switch (stages) {
+          case 1: forward_pass<1, false>(in, out, p, h, scale, piece_masks); break;
+          case 2: forward_pass<2, false>(in, out, p, h, scale, piece_masks); break;
+          default: forward_pass<3, false>(in, out, p, h, scale, piece_masks); break;
+        }
+      }
+      h <<= stages;
+    }
+    start += p;
+  }
+  if (start < n) avx2::hadamard_forward(from + start, v + start, n - start, first + start, r);
 }
 
 }  // namespace qsdp::detail::avx512

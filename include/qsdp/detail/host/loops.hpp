@@ -244,7 +244,10 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
         else
           for (std::size_t j = 0; j < n; ++j)
             rotated_values[j] = element_traits<T>::to_float(load_element(src + begin, j));
-        avx2::hadamard_forward(from, rotated_values, n, begin, rotation);
+        if constexpr (Isa == host_isa::avx512)
+          avx512::hadamard_forward(from, rotated_values, n, begin, rotation);
+        else
+          avx2::hadamard_forward(from, rotated_values, n, begin, rotation);
         encode_bucket(static_cast<const float*>(rotated_values), b, begin, n);
         continue;
       }
