@@ -3,5 +3,4 @@
 #include "codec_helpers.cuh"
 
 GPU_TEST_CODEC_INSTANCES(qsdp::hadamard<qsdp::stochastic<4>>)
-GPU_TEST_CODEC_INSTANCES(qsdp::hadamard<qsdp::uniform<8>>)
 GPU_TEST_CODEC_INSTANCES(qsdp::hadamard<qsdp::random_shift<2>>)
