@@ -46,6 +46,24 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE T delta_update(T reconstruction, float decode
   return saturating_from_float<T>(saturate_infinite(reconstructed(reconstruction) + decoded));
 }
 
+/// The values a delta_gather<T> keeps on a device (detail/cuda/device_delta.cuh allocates them;
+/// memory_bytes reports them): the reconstruction of every rank's shard, this rank's difference,
+/// the decoded differences (T other than float; a float output holds them itself) and the call
+/// counts (this rank's, then every rank's as exchanged).
+struct delta_device_sizes {
+  std::size_t reconstruction, difference, decoded, calls;
+
+  template <class T>
+  static constexpr delta_device_sizes of(std::size_t count, std::size_t ranks) noexcept {
+    return {count * ranks, count, std::is_same_v<T, float> ? 0 : count * ranks, ranks + 1};
+  }
+  template <class T>
+  constexpr std::size_t bytes() const noexcept {
+    return reconstruction * sizeof(T) + (difference + decoded) * sizeof(float) +
+           calls * sizeof(std::uint64_t);
+  }
+};
+
 /// The message of a rank whose reconstruction has seen another number of calls than rank 0's.
 inline std::string delta_calls_message(const char* where, int rank, std::uint64_t calls,
                                        std::uint64_t rank0_calls) {
@@ -82,10 +100,7 @@ void delta_gather<T>::reset() {
 template <class T>
 std::size_t delta_gather<T>::memory_bytes() const noexcept {
   const std::size_t ranks = static_cast<std::size_t>(world_);
-  if (device_)  // detail/cuda/device_delta.cuh: reconstruction, difference, decoded, call counts
-    return count_ * ranks * sizeof(T) + count_ * sizeof(float) +
-           (std::is_same_v<T, float> ? 0 : count_ * ranks * sizeof(float)) +
-           (ranks + 1) * sizeof(std::uint64_t);
+  if (device_) return detail::delta_device_sizes::of<T>(count_, ranks).template bytes<T>();
   return reconstruction_.size() * sizeof(T) + difference_.size() * sizeof(float) +
          decoded_.size() * sizeof(float) + peer_calls_.size() * sizeof(std::uint64_t);
 }

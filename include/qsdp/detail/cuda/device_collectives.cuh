@@ -35,16 +35,12 @@
 
 namespace qsdp::detail::cuda {
 
-/// Argument checks shared by the device collectives.
-template <class Comm, class Q, class T>
-void check_device_collective(Comm& comm, const Q& q, const void* a, const char* a_name,
-                             const void* b, const char* b_name, std::size_t count,
-                             cudaStream_t stream, const char* where) {
-  require_policy<Q>();
-  require_device_element<T>();
-  check_bucket_size(q, where);
-  check_count(count, where);
-  check_world(comm.size(), where);
+/// The stream's device is the communicator's and both buffers (count values, not overlapping
+/// unless equal) are device memory there; returns the device.
+template <class Comm>
+int check_device_buffers(Comm& comm, const void* a, const char* a_name, const void* b,
+                         const char* b_name, std::size_t count, cudaStream_t stream,
+                         const char* where) {
   const int device = stream_device(stream, where);
   if (device != comm.device())
     throw qsdp::error(std::string(where) + ": the stream belongs to device " +
@@ -55,6 +51,20 @@ void check_device_collective(Comm& comm, const Q& q, const void* a, const char* 
     require_device_pointer(a, a_name, device, where);
     require_device_pointer(b, b_name, device, where);
   }
+  return device;
+}
+
+/// Argument checks shared by the device collectives.
+template <class Comm, class Q, class T>
+void check_device_collective(Comm& comm, const Q& q, const void* a, const char* a_name,
+                             const void* b, const char* b_name, std::size_t count,
+                             cudaStream_t stream, const char* where) {
+  require_policy<Q>();
+  require_device_element<T>();
+  check_bucket_size(q, where);
+  check_count(count, where);
+  check_world(comm.size(), where);
+  check_device_buffers(comm, a, a_name, b, b_name, count, stream, where);
   comm.state().failures.poll(where,
                              "the packet from rank");  // a bad packet seen by an earlier call
 }

@@ -116,7 +116,7 @@ delta_state<T>& delta_state_for(std::shared_ptr<void>& slot, std::size_t count, 
                       "CUDA graph capture; make one call before capturing");
   auto state = std::make_shared<delta_state<T>>();
   state->device = device;
-  const auto ranks = static_cast<std::size_t>(world);
+  const auto sizes = delta_device_sizes::of<T>(count, static_cast<std::size_t>(world));
   const auto allocate = [&](auto*& p, std::size_t n, const char* what) {
     if (n == 0) return;
     void* raw = nullptr;
@@ -126,11 +126,10 @@ delta_state<T>& delta_state_for(std::shared_ptr<void>& slot, std::size_t count, 
                         " bytes for the " + what + " failed: " + cudaGetErrorString(e));
     p = static_cast<std::remove_reference_t<decltype(p)>>(raw);
   };
-  allocate(state->reconstruction, count * ranks, "reconstruction");
-  allocate(state->difference, count, "difference");
-  if constexpr (!std::is_same_v<T, float>)
-    allocate(state->decoded, count * ranks, "decoded values");
-  allocate(state->calls, ranks + 1, "call counts");
+  allocate(state->reconstruction, sizes.reconstruction, "reconstruction");
+  allocate(state->difference, sizes.difference, "difference");
+  allocate(state->decoded, sizes.decoded, "decoded values");
+  allocate(state->calls, sizes.calls, "call counts");
   state->failures.device_record(where, describe_calls_mismatch);  // allocated outside any capture
   slot = state;
   return *state;
@@ -149,20 +148,12 @@ void delta_gather<T>::all_gather(Comm& comm, const Q& q, const T* shard, T* full
   if (comm.size() != world_)
     throw qsdp::error(std::string(where) + ": communicator has " + std::to_string(comm.size()) +
                       " ranks; this delta_gather was made for world " + std::to_string(world_));
-  detail::check_buffers(shard, "shard", full, "full", count_, where);
   if (!peer_calls_.empty())
     throw qsdp::error(std::string(where) +
                       ": this delta_gather keeps its reconstruction in host memory (earlier calls "
                       "were on a host communicator); use another object for device buffers");
-  const int device = detail::cuda::stream_device(stream, where);
-  if (device != comm.device())
-    throw qsdp::error(std::string(where) + ": the stream belongs to device " +
-                      std::to_string(device) + ", the communicator to device " +
-                      std::to_string(comm.device()));
-  if (count_ > 0) {
-    detail::cuda::require_device_pointer(shard, "shard", device, where);
-    detail::cuda::require_device_pointer(full, "full", device, where);
-  }
+  const int device =
+      detail::cuda::check_device_buffers(comm, shard, "shard", full, "full", count_, stream, where);
   const bool first = device_ == nullptr;
   auto& state = detail::cuda::delta_state_for<T>(device_, count_, world_, device, stream, where);
   device_reconstruction_ = state.reconstruction;
