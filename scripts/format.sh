@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # clang-format (the repository's .clang-format) over the C++ and CUDA sources of include/, tests/,
-# bench/ and examples/.
+# bench/, examples/ and python/.
 #
 #   scripts/format.sh           rewrites the files in place
 #   scripts/format.sh --check   changes nothing; lists the files that differ and exits 1 if any does
@@ -25,7 +25,7 @@ case "${1:-}" in
     ;;
 esac
 
-mapfile -t files < <(git ls-files -- include tests bench examples |
+mapfile -t files < <(git ls-files -- include tests bench examples python |
   grep -E '\.(hpp|cpp|cu|cuh)$' | grep -v '^tests/fuzz/corpus/' || true)
 if ((${#files[@]} == 0)); then
   echo "scripts/format.sh: no sources found (run it inside the git checkout)" >&2

@@ -8,6 +8,8 @@
 #                              # the sanitizer builds (scripts/sanitize.sh) and a 60-s fuzz run
 #                              # (scripts/fuzz.sh, with the fuzzer the asan build made)
 #   QSDP_TEST_RELIABILITY=1 scripts/test.sh   # preset "release" plus the sanitizers and the fuzz run
+#   QSDP_TEST_PYTHON=1 scripts/test.sh        # also qsdp.torch's tests (scripts/python_tests.sh;
+#                                             # CI runs them: torch from PyPI, ~5 GB)
 #
 # Missing Debian/Ubuntu packages are installed with apt-get when run as root;
 # otherwise the script lists them and exits 1.
@@ -36,6 +38,15 @@ else
 fi
 
 total_start=${SECONDS}
+python_tests=0
+[[ "${preset}" == ci || "${QSDP_TEST_PYTHON:-0}" == 1 ]] && python_tests=1
+python_deps_pid=
+if ((python_tests)); then
+  # torch and pytest download while the C++ build below keeps the cores busy.
+  mkdir -p build
+  bash scripts/python_tests.sh deps >build/python-deps.log 2>&1 &
+  python_deps_pid=$!
+fi
 if [[ "${preset}" == ci ]]; then
   # The tree is clang-formatted (.clang-format); a change that is not fails here, in seconds.
   stage format bash scripts/format.sh --check
@@ -43,6 +54,16 @@ fi
 stage configure cmake --preset "${preset}"
 stage build cmake --build --preset "${preset}" -j "$(nproc)"
 stage test ctest --preset "${preset}"
+if ((python_tests)); then
+  echo "==> python deps: waiting for the background install (build/python-deps.log)"
+  if ! wait "${python_deps_pid}"; then
+    cat build/python-deps.log
+    echo "error: installing torch and pytest failed (log above)" >&2
+    exit 1
+  fi
+  cat build/python-deps.log
+  bash scripts/python_tests.sh test
+fi
 if [[ "${preset}" == ci ]]; then
   # The device kernels' instruction budget, read from their sm_90 machine code (docs/cuda.md): a
   # kernel that misses it fails CI.

@@ -1,0 +1,305 @@
+# SPDX-License-Identifier: Apache-2.0
+"""qsdp.torch: qsdp's codec and collectives on torch tensors.
+
+    import qsdp.torch as qt
+    w = qt.random_shift(bits=8, bucket_size=1024, seed=1)
+    g = qt.stochastic(bits=8, bucket_size=1024, seed=2)
+    n = qt.compressed_size(g, count, dtype=torch.bfloat16)
+    packet = qt.encode(g, x)                  # 1-D uint8 tensor on x's device, n bytes
+    qt.decode(g, packet, out)                 # fills out (x's shape, dtype, device)
+    qt.all_gather_into_tensor(output, input, w, group=None)
+    qt.reduce_scatter_tensor(output, input, g, op="avg", group=None)
+    qt.all_reduce(tensor, g, op="sum", group=None)
+
+Policies are the C++ ones (qsdp/quantizers.hpp), each object keeping its own call counter: a
+randomized policy draws fresh random numbers on every call, reproducible from its seed and the
+calls made with it. The collectives are the C++ ones (qsdp/collectives.hpp) over a communicator
+whose byte exchanges are torch.distributed's all_gather_into_tensor and all_to_all_single on the
+process group, so every rank agrees on the call first (count, policy, bit width, bucket size,
+element type, op): a rank that calls differently makes every rank raise qsdp.Error with the C++
+message. float32, bfloat16 and float16 tensors on the CPU use the host codec (AVX2 / AVX-512 where
+the CPU has them).
+"""
+from __future__ import annotations
+
+import numbers
+
+import torch
+import torch.distributed as dist
+
+from . import _ext
+from ._ext import Error
+
+__all__ = [
+    "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
+    "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
+    "reduce_scatter_tensor", "all_reduce",
+]
+
+_ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_OP_CODES = {"sum": 1, "avg": 2}
+
+
+class Policy:
+    """A qsdp quantizer policy (made by qt.stochastic, qt.uniform, ...; not constructed directly)."""
+
+    def __init__(self, family: str, bits: int | None, bucket_size: int | None, seed: int,
+                 rotated: bool):
+        self.family = family
+        self.bits = bits
+        self.bucket_size = bucket_size
+        self.seed = seed
+        self.rotated = rotated
+        self._impl = _ext.make_policy(family, bits or 0, bucket_size or 0, seed, rotated)
+
+    @property
+    def name(self) -> str:
+        """The C++ type's name: "stochastic<8>", "hadamard<stochastic<4>>", "identity"."""
+        plain = self.family if self.bits is None else f"{self.family}<{self.bits}>"
+        return f"hadamard<{plain}>" if self.rotated else plain
+
+    @property
+    def next_call(self) -> int:
+        """The call index this policy's next encode draws its random numbers with."""
+        return self._impl.next_call
+
+    def __repr__(self) -> str:
+        if self.family == "identity":
+            return "qt.identity()"
+        args = f"bits={self.bits}, bucket_size={self.bucket_size}"
+        if self.family in ("stochastic", "random_shift") or self.rotated:
+            args += f", seed={self.seed}"
+        plain = f"qt.{self.family}({args})"
+        return f"qt.hadamard({plain})" if self.rotated else plain
+
+
+def _integer(name: str, value, lo: int, hi: int, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{where}: {name} is {value!r}; expected an integer")
+    if not lo <= value <= hi:
+        raise ValueError(f"{where}: {name} is {value}; expected {lo}..{hi}")
+    return int(value)
+
+
+def _plain(family: str, bits, bucket_size, seed, min_bits: int = 1) -> Policy:
+    where = f"qsdp.torch.{family}"
+    bits = _integer("bits", bits, min_bits, 8, where)
+    bucket_size = _integer("bucket_size", bucket_size, 1, 2**56, where)
+    seed = _integer("seed", seed, 0, 2**64 - 1, where)
+    return Policy(family, bits, bucket_size, seed, False)
+
+
+def stochastic(bits: int, bucket_size: int = 1024, seed: int = 0) -> Policy:
+    """Asymmetric min/max grid, unbiased stochastic rounding (qsdp::stochastic<bits>), bits 1..8."""
+    return _plain("stochastic", bits, bucket_size, seed)
+
+
+def uniform(bits: int, bucket_size: int = 1024) -> Policy:
+    """Asymmetric min/max grid, round to nearest (qsdp::uniform<bits>), bits 1..8."""
+    return _plain("uniform", bits, bucket_size, 0)
+
+
+def symmetric(bits: int, bucket_size: int = 1024) -> Policy:
+    """Abs-max grid around zero, round to nearest (qsdp::symmetric<bits>), bits 1..8."""
+    return _plain("symmetric", bits, bucket_size, 0)
+
+
+def random_shift(bits: int, bucket_size: int = 1024, seed: int = 0) -> Policy:
+    """QSDP's weight quantizer: a grid shifted by a random offset per bucket, unbiased
+    (qsdp::random_shift<bits>), bits 2..8."""
+    return _plain("random_shift", bits, bucket_size, seed, min_bits=2)
+
+
+def identity() -> Policy:
+    """No quantization: values travel unchanged through the same code path (baselines)."""
+    return Policy("identity", None, None, 0, False)
+
+
+def hadamard(inner: Policy, seed: int | None = None) -> Policy:
+    """inner's buckets rotated by random signs and a Walsh-Hadamard transform before it quantizes
+    them (qsdp::hadamard<Inner>): outliers spread over the bucket. inner's bucket_size must be a
+    power of two from 16 to 4096; the rotation draws with inner's seed unless `seed` is given."""
+    where = "qsdp.torch.hadamard"
+    if not isinstance(inner, Policy):
+        raise TypeError(f"{where}: inner is {inner!r}; expected a policy such as "
+                        "qt.stochastic(bits=4)")
+    if inner.rotated:
+        raise ValueError(f"{where}: inner is {inner!r}, rotated already")
+    if inner.family == "identity":
+        raise ValueError(f"{where}: inner is qt.identity(); expected a quantizing policy")
+    seed = inner.seed if seed is None else _integer("seed", seed, 0, 2**64 - 1, where)
+    return Policy(inner.family, inner.bits, inner.bucket_size, seed, True)
+
+
+# ---- tensors ----------------------------------------------------------------------------------
+
+def _policy(q, where: str) -> Policy:
+    if not isinstance(q, Policy):
+        raise TypeError(f"{where}: policy is {q!r}; expected a qsdp.torch policy "
+                        "(qt.stochastic(...), qt.random_shift(...), ...)")
+    return q
+
+
+def _element_code(dtype, name: str, where: str) -> int:
+    code = _ELEMENT_CODES.get(dtype)
+    if code is None:
+        raise TypeError(f"{where}: {name} has dtype {dtype}; expected torch.float32, "
+                        "torch.bfloat16 or torch.float16")
+    if code != 0 and not _ext.has_half_types:
+        raise Error(f"{where}: {name} has dtype {dtype}, which this build of qsdp lacks (built "
+                    "without the CUDA toolkit's cuda_bf16.h / cuda_fp16.h); only torch.float32 "
+                    "works")
+    return code
+
+
+def _values(t, name: str, where: str) -> int:
+    """Checks a tensor of values: a contiguous CPU tensor of a supported dtype; its element code."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{where}: {name} is {type(t).__name__}; expected a torch.Tensor")
+    code = _element_code(t.dtype, name, where)
+    _host(t, name, where)
+    return code
+
+
+def _host(t, name: str, where: str) -> None:
+    if t.device.type == "cuda":
+        raise Error(f"{where}: {name} is on {t.device}; this build of qsdp.torch has the host "
+                    "codec only (CPU tensors): the CUDA path is not built yet")
+    if t.device.type != "cpu":
+        raise ValueError(f"{where}: {name} is on {t.device}; expected a CPU tensor")
+    if not t.is_contiguous():
+        raise ValueError(f"{where}: {name} is not contiguous (shape {tuple(t.shape)}, strides "
+                         f"{t.stride()}); pass {name}.contiguous()")
+
+
+def compressed_size(policy: Policy, count: int, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of the packet that encodes `count` values of `dtype` with `policy`."""
+    where = "qsdp.torch.compressed_size"
+    q = _policy(policy, where)
+    count = _integer("count", count, 0, 2**56, where)
+    return q._impl.compressed_size(_element_code(dtype, "dtype", where), count)
+
+
+def encode(policy: Policy, x: torch.Tensor) -> torch.Tensor:
+    """x's values as one packet: a 1-D uint8 tensor on x's device, compressed_size(...) bytes."""
+    where = "qsdp.torch.encode"
+    q = _policy(policy, where)
+    code = _values(x, "x", where)
+    packet = torch.empty(q._impl.compressed_size(code, x.numel()), dtype=torch.uint8,
+                         device=x.device)
+    q._impl.encode(code, x.data_ptr(), x.numel(), packet.data_ptr())
+    return packet
+
+
+def decode(policy: Policy, packet: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Fills `out` with the values of `packet` (made by encode with this policy for out.numel()
+    values of out.dtype); a packet of another policy, count or element type raises qsdp.Error."""
+    where = "qsdp.torch.decode"
+    q = _policy(policy, where)
+    code = _values(out, "out", where)
+    if not isinstance(packet, torch.Tensor):
+        raise TypeError(f"{where}: packet is {type(packet).__name__}; expected a torch.Tensor")
+    if packet.dtype != torch.uint8 or packet.dim() != 1:
+        raise TypeError(f"{where}: packet has dtype {packet.dtype} and {packet.dim()} "
+                        "dimension(s); expected a 1-D torch.uint8 tensor (qt.encode's)")
+    _host(packet, "packet", where)
+    expected = q._impl.compressed_size(code, out.numel())
+    if packet.numel() != expected:
+        raise ValueError(f"{where}: packet holds {packet.numel()} bytes; {q.name} packs "
+                         f"{out.numel()} values of {out.dtype} into {expected}")
+    q._impl.decode(code, packet.data_ptr(), out.numel(), out.data_ptr())
+    return out
+
+
+# ---- collectives ------------------------------------------------------------------------------
+
+_communicators: dict = {}
+
+
+def _communicator(group, where: str):
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"{where}: torch.distributed is not initialized "
+                           "(call torch.distributed.init_process_group first)")
+    if group is None:
+        group = dist.group.WORLD
+    entry = _communicators.get(id(group))
+    if entry is None or entry[0] is not group:
+        def all_gather(send, recv):
+            dist.all_gather_into_tensor(recv, send, group=group)
+
+        def all_to_all(send, recv):
+            dist.all_to_all_single(recv, send, group=group)
+
+        comm = _ext.GroupCommunicator(dist.get_rank(group), dist.get_world_size(group),
+                                      all_gather, all_to_all)
+        entry = _communicators[id(group)] = (group, comm)
+    return entry[1]
+
+
+def _op_code(op, where: str) -> int:
+    if isinstance(op, str):
+        code = _OP_CODES.get(op.lower())
+    elif op == dist.ReduceOp.SUM:
+        code = 1
+    elif op == dist.ReduceOp.AVG:
+        code = 2
+    else:
+        code = None
+    if code is None:
+        raise ValueError(f"{where}: op is {op!r}; expected \"sum\", \"avg\", "
+                         "dist.ReduceOp.SUM or dist.ReduceOp.AVG")
+    return code
+
+
+def _same_dtype(a, a_name, b, b_name, where):
+    if a.dtype != b.dtype:
+        raise TypeError(f"{where}: {a_name} has dtype {a.dtype}, {b_name} {b.dtype}; expected "
+                        "the same")
+
+
+def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
+                           group=None) -> None:
+    """torch.distributed.all_gather_into_tensor, compressed: output (world * input.numel()
+    values) gets every rank's input, rank r's at r * input.numel(); the same values on every
+    rank."""
+    where = "qsdp.torch.all_gather_into_tensor"
+    q = _policy(policy, where)
+    code = _values(input, "input", where)
+    _values(output, "output", where)
+    _same_dtype(input, "input", output, "output", where)
+    comm = _communicator(group, where)
+    if output.numel() != input.numel() * comm.size:
+        raise ValueError(f"{where}: output has {output.numel()} values; expected world size "
+                         f"{comm.size} x input's {input.numel()} = {input.numel() * comm.size}")
+    q._impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel())
+
+
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
+                          op="avg", group=None) -> None:
+    """torch.distributed.reduce_scatter_tensor, compressed: input holds world chunks of
+    output.numel() values; output gets the sum (op "sum") or mean ("avg") over ranks of this
+    rank's chunk, each value quantized once and summed in float32."""
+    where = "qsdp.torch.reduce_scatter_tensor"
+    q = _policy(policy, where)
+    code = _values(input, "input", where)
+    _values(output, "output", where)
+    _same_dtype(input, "input", output, "output", where)
+    op_code = _op_code(op, where)
+    comm = _communicator(group, where)
+    if input.numel() != output.numel() * comm.size:
+        raise ValueError(f"{where}: input has {input.numel()} values; expected world size "
+                         f"{comm.size} x output's {output.numel()} = "
+                         f"{output.numel() * comm.size}")
+    q._impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(), output.numel(),
+                           op_code)
+
+
+def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None) -> None:
+    """torch.distributed.all_reduce, compressed and in place: reduce-scatter, then all-gather of
+    the reduced chunks, so every rank ends with the same values."""
+    where = "qsdp.torch.all_reduce"
+    q = _policy(policy, where)
+    code = _values(tensor, "tensor", where)
+    op_code = _op_code(op, where)
+    comm = _communicator(group, where)
+    q._impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code)

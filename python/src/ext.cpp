@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The qsdp._ext module: qsdp::python::policy and group_communicator as Python classes, qsdp::error
+// as qsdp.Error (a RuntimeError), the same messages as in C++.
+#include "ext.hpp"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <cstring>
+
+#include "policy_impl.hpp"
+
+namespace qsdp::python {
+
+group_communicator::group_communicator(int rank, int size, nb::callable all_gather,
+                                       nb::callable all_to_all)
+    : rank_(rank),
+      size_(size),
+      all_gather_(std::move(all_gather)),
+      all_to_all_(std::move(all_to_all)) {
+  constexpr const char* where = "qsdp.torch: process group";
+  if (size < 1)
+    throw qsdp::error(std::string(where) + " size is " + std::to_string(size) + "; expected >= 1");
+  if (rank < 0 || rank >= size)
+    throw qsdp::error(std::string(where) + " rank is " + std::to_string(rank) + "; expected 0.." +
+                      std::to_string(size - 1));
+}
+
+namespace {
+
+/// A uint8 torch tensor viewing n bytes at `data` (no copy, no owner: valid during the call).
+nb::object byte_view(const std::byte* data, std::size_t n) {
+  using view = nb::ndarray<nb::pytorch, std::uint8_t, nb::ndim<1>, nb::device::cpu>;
+  const std::size_t shape[1] = {n};
+  return nb::cast(view(const_cast<std::byte*>(data), 1, shape, nb::handle()),
+                  nb::rv_policy::reference);
+}
+
+/// `send` itself, or a copy of it when it lies inside `recv` (the collectives gather in place; the
+/// torch collectives take no overlapping buffers).
+const std::byte* outside(const std::byte* send, std::size_t n, const std::byte* recv,
+                         std::size_t recv_bytes, host_workspace& copy) {
+  if (n == 0 || send + n <= recv || send >= recv + recv_bytes) return send;
+  std::byte* c = copy.get(n);
+  std::memcpy(c, send, n);
+  return c;
+}
+
+}  // namespace
+
+void group_communicator::all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+  const std::size_t total = n * static_cast<std::size_t>(size_);
+  send = outside(send, n, recv, total, in_place_);
+  all_gather_(byte_view(send, n), byte_view(recv, total));
+}
+
+void group_communicator::all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+  const std::size_t total = n * static_cast<std::size_t>(size_);
+  send = outside(send, total, recv, total, in_place_);
+  all_to_all_(byte_view(send, total), byte_view(recv, total));
+}
+
+std::unique_ptr<policy> make_identity() {
+  return std::make_unique<policy_impl<qsdp::identity>>(qsdp::identity{});
+}
+
+std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::size_t bucket_size,
+                                    std::uint64_t seed, bool rotated) {
+  if (family == "stochastic") return make_stochastic(bits, bucket_size, seed, rotated);
+  if (family == "uniform") return make_uniform(bits, bucket_size, seed, rotated);
+  if (family == "symmetric") return make_symmetric(bits, bucket_size, seed, rotated);
+  if (family == "random_shift") return make_random_shift(bits, bucket_size, seed, rotated);
+  if (family == "identity" && !rotated) return make_identity();
+  throw qsdp::error(
+      "qsdp.torch: policy family \"" + family + "\"" + (rotated ? " under hadamard" : "") +
+      "; expected stochastic, uniform, symmetric, random_shift" + (rotated ? "" : " or identity"));
+}
+
+}  // namespace qsdp::python
+
+namespace {
+
+using qsdp::python::element;
+using qsdp::python::group_communicator;
+using qsdp::python::policy;
+
+void* address(std::uintptr_t p) { return reinterpret_cast<void*>(p); }
+std::byte* bytes(std::uintptr_t p) { return reinterpret_cast<std::byte*>(p); }
+
+qsdp::reduce_op op_from(int op) {
+  if (op == static_cast<int>(qsdp::reduce_op::sum)) return qsdp::reduce_op::sum;
+  if (op == static_cast<int>(qsdp::reduce_op::avg)) return qsdp::reduce_op::avg;
+  throw qsdp::error("qsdp.torch: reduce op code " + std::to_string(op) +
+                    "; expected 1 (sum) or 2 (avg)");
+}
+
+}  // namespace
+
+NB_MODULE(_ext, m) {
+  namespace nb = nanobind;
+  m.doc() = "qsdp's C++ codec and collectives for qsdp.torch (internal; use qsdp.torch)";
+  nb::exception<qsdp::error>(m, "Error", PyExc_RuntimeError);
+  m.attr("has_half_types") = bool(QSDP_HAS_CUDA_HALF);
+  m.attr("host_codec_isa") = qsdp::host_codec_isa();
+
+  nb::class_<group_communicator>(m, "GroupCommunicator")
+      .def(nb::init<int, int, nb::callable, nb::callable>(), nb::arg("rank"), nb::arg("size"),
+           nb::arg("all_gather"), nb::arg("all_to_all"))
+      .def_prop_ro("rank", &group_communicator::rank)
+      .def_prop_ro("size", &group_communicator::size)
+      .def_prop_ro("calls", &group_communicator::calls);
+
+  nb::class_<policy>(m, "Policy")
+      .def_prop_ro("name", &policy::name)
+      .def_prop_ro("bucket_size", &policy::bucket_size)
+      .def_prop_ro("next_call", &policy::next_call)
+      .def("compressed_size",
+           [](const policy& p, int e, std::size_t count) {
+             return p.compressed_size(static_cast<element>(e), count);
+           })
+      .def("encode",
+           [](policy& p, int e, std::uintptr_t src, std::size_t count, std::uintptr_t packet) {
+             p.encode(static_cast<element>(e), address(src), count, bytes(packet));
+           })
+      .def("decode",
+           [](policy& p, int e, std::uintptr_t packet, std::size_t count, std::uintptr_t dst) {
+             p.decode(static_cast<element>(e), bytes(packet), count, address(dst));
+           })
+      .def("all_gather",
+           [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
+              std::size_t count) {
+             p.all_gather(comm, static_cast<element>(e), address(send), address(recv), count);
+           })
+      .def("reduce_scatter",
+           [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
+              std::size_t count, int op) {
+             p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
+                              op_from(op));
+           })
+      .def("all_reduce", [](policy& p, group_communicator& comm, int e, std::uintptr_t data,
+                            std::size_t count, int op) {
+        p.all_reduce(comm, static_cast<element>(e), address(data), count, op_from(op));
+      });
+
+  m.def("make_policy", &qsdp::python::make_policy, nb::arg("family"), nb::arg("bits"),
+        nb::arg("bucket_size"), nb::arg("seed"), nb::arg("rotated"));
+}

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// qsdp._ext, the C++ side of qsdp.torch (python/qsdp/torch.py): a policy object that keeps its
+// concrete qsdp policy (and so its call counter) behind a small virtual interface, and a host
+// communicator whose byte exchanges call back into Python (torch.distributed on a ProcessGroup), so
+// the library's collectives, descriptor agreement and packet checks run unchanged. Tensors arrive
+// as data pointers, checked by the Python layer (dtype, device, contiguity, sizes) before they get
+// here.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <qsdp/collectives.hpp>
+#include <qsdp/communicator.hpp>
+
+namespace qsdp::python {
+
+namespace nb = nanobind;
+
+/// The element types qsdp.torch takes (torch.float32, torch.bfloat16, torch.float16).
+enum class element : int { f32 = 0, bf16 = 1, f16 = 2 };
+
+/// Calls fn.template operator()<T>() with T the C++ type of `e`; bf16 and fp16 need the CUDA
+/// toolkit's headers at build time (QSDP_HAS_CUDA_HALF), otherwise they are refused by name.
+template <class Fn>
+decltype(auto) with_element(element e, Fn&& fn) {
+  switch (e) {
+    case element::f32: return fn.template operator()<float>();
+#if QSDP_HAS_CUDA_HALF
+    case element::bf16: return fn.template operator()<__nv_bfloat16>();
+    case element::f16: return fn.template operator()<__half>();
+#else
+    case element::bf16:
+    case element::f16:
+      throw qsdp::error(std::string("qsdp.torch: this build of qsdp has no ") +
+                        (e == element::bf16 ? "bfloat16" : "float16") +
+                        " support (built without the CUDA toolkit's cuda_bf16.h / cuda_fp16.h); "
+                        "reinstall where /usr/local/cuda/include or CUDAToolkit_ROOT has them");
+#endif
+  }
+  throw qsdp::error("qsdp.torch: element type code " + std::to_string(static_cast<int>(e)) +
+                    "; expected 0 (float32), 1 (bfloat16) or 2 (float16)");
+}
+
+/// A qsdp::communicator over a torch ProcessGroup: all_gather_bytes and all_to_all_bytes call the
+/// Python functions given (torch.distributed.all_gather_into_tensor / all_to_all_single on uint8
+/// tensors that view the C++ buffers). Host memory.
+class group_communicator {
+ public:
+  static constexpr memory_space memory = memory_space::host;
+
+  group_communicator(int rank, int size, nb::callable all_gather, nb::callable all_to_all);
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  host_workspace& workspace() noexcept { return workspace_; }
+  std::uint64_t next_call() noexcept { return calls_++; }
+  std::uint64_t calls() const noexcept { return calls_; }
+
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n);
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n);
+
+ private:
+  int rank_, size_;
+  nb::callable all_gather_, all_to_all_;
+  host_workspace workspace_;
+  host_workspace in_place_;  // a copy of `send` when it lies inside `recv`
+  std::uint64_t calls_ = 0;
+};
+
+static_assert(communicator<group_communicator>);
+
+/// One qsdp policy with its state, behind the calls qsdp.torch makes. Pointers are host memory,
+/// `count` values of the element type given (checked by the Python layer).
+class policy {
+ public:
+  virtual ~policy() = default;
+  virtual std::string name() const = 0;
+  virtual std::size_t bucket_size() const = 0;
+  /// The index the policy's next call draws its random numbers with (0 for deterministic ones).
+  virtual std::uint64_t next_call() const = 0;
+  virtual std::size_t compressed_size(element e, std::size_t count) const = 0;
+  virtual void encode(element e, const void* src, std::size_t count, std::byte* packet) = 0;
+  virtual void decode(element e, const std::byte* packet, std::size_t count, void* dst) = 0;
+  virtual void all_gather(group_communicator& comm, element e, const void* send, void* recv,
+                          std::size_t count) = 0;
+  virtual void reduce_scatter(group_communicator& comm, element e, const void* send, void* recv,
+                              std::size_t count, reduce_op op) = 0;
+  virtual void all_reduce(group_communicator& comm, element e, void* data, std::size_t count,
+                          reduce_op op) = 0;
+};
+
+/// A built-in policy: family "stochastic", "uniform", "symmetric" or "random_shift" (bits 1..8,
+/// random_shift 2..8), optionally rotated (qsdp::hadamard<...>); "identity" takes no bits. seed is
+/// ignored by the policies that draw nothing. Throws qsdp::error naming a bad argument.
+std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::size_t bucket_size,
+                                    std::uint64_t seed, bool rotated);
+
+// One per family, each in its own translation unit (policies_<family>.cpp).
+std::unique_ptr<policy> make_stochastic(int bits, std::size_t bucket_size, std::uint64_t seed,
+                                        bool rotated);
+std::unique_ptr<policy> make_uniform(int bits, std::size_t bucket_size, std::uint64_t seed,
+                                     bool rotated);
+std::unique_ptr<policy> make_symmetric(int bits, std::size_t bucket_size, std::uint64_t seed,
+                                       bool rotated);
+std::unique_ptr<policy> make_random_shift(int bits, std::size_t bucket_size, std::uint64_t seed,
+                                          bool rotated);
+std::unique_ptr<policy> make_identity();
+
+}  // namespace qsdp::python

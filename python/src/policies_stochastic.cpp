@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// qsdp::stochastic<bits> and qsdp::hadamard<qsdp::stochastic<bits>> for qsdp.torch (one family per
+// file, so that the build runs the families side by side).
+#include "policy_impl.hpp"
+
+namespace qsdp::python {
+
+std::unique_ptr<policy> make_stochastic(int bits, std::size_t bucket_size, std::uint64_t seed,
+                                        bool rotated) {
+  return make_family<qsdp::stochastic, 1>("stochastic", bits, bucket_size, seed, rotated);
+}
+
+}  // namespace qsdp::python

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// qsdp::python::policy for one concrete qsdp policy type, and the per-family factory that picks the
+// bit width at run time (python/src/policies_<family>.cpp instantiate it, one family per file).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "ext.hpp"
+
+namespace qsdp::python {
+
+template <class Q>
+class policy_impl final : public policy {
+ public:
+  explicit policy_impl(Q q) : q_(std::move(q)) {
+    // The bucket-size rules (hadamard's powers of two included) are checked now, not at first use.
+    (void)qsdp::compressed_size<float>(q_, 0);
+  }
+
+  std::string name() const override { return policy_name<Q>(); }
+  std::size_t bucket_size() const override {
+    if constexpr (requires { q_.bucket_size; })
+      return q_.bucket_size;
+    else
+      return 0;
+  }
+  std::uint64_t next_call() const override {
+    if constexpr (requires { q_.calls.next(); })
+      return q_.calls.next();
+    else
+      return 0;
+  }
+  std::size_t compressed_size(element e, std::size_t count) const override {
+    return with_element(e, [&]<class T>() { return qsdp::compressed_size<T>(q_, count); });
+  }
+  void encode(element e, const void* src, std::size_t count, std::byte* packet) override {
+    with_element(e,
+                 [&]<class T>() { qsdp::encode(q_, static_cast<const T*>(src), count, packet); });
+  }
+  void decode(element e, const std::byte* packet, std::size_t count, void* dst) override {
+    with_element(e, [&]<class T>() { qsdp::decode(q_, packet, count, static_cast<T*>(dst)); });
+  }
+  void all_gather(group_communicator& comm, element e, const void* send, void* recv,
+                  std::size_t count) override {
+    with_element(e, [&]<class T>() {
+      qsdp::all_gather(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count);
+    });
+  }
+  void reduce_scatter(group_communicator& comm, element e, const void* send, void* recv,
+                      std::size_t count, reduce_op op) override {
+    with_element(e, [&]<class T>() {
+      qsdp::reduce_scatter(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count, op);
+    });
+  }
+  void all_reduce(group_communicator& comm, element e, void* data, std::size_t count,
+                  reduce_op op) override {
+    with_element(e,
+                 [&]<class T>() { qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op); });
+  }
+
+ private:
+  Q q_;
+};
+
+/// P<bits> (or hadamard<P<bits>> when rotated) for bits in [MinBits, 8]; `family` names P in the
+/// message for another width.
+template <template <int> class P, int MinBits>
+std::unique_ptr<policy> make_family(const char* family, int bits, std::size_t bucket_size,
+                                    std::uint64_t seed, bool rotated) {
+  std::unique_ptr<policy> made;
+  [&]<int... B>(std::integer_sequence<int, B...>) {
+    (
+        [&] {
+          if (bits != B + MinBits) return;
+          P<B + MinBits> inner{};
+          inner.bucket_size = bucket_size;
+          if constexpr (requires { inner.seed; }) inner.seed = seed;
+          if (!rotated) {
+            made = std::make_unique<policy_impl<P<B + MinBits>>>(inner);
+          } else {
+            qsdp::hadamard<P<B + MinBits>> q{inner};
+            q.seed = seed;
+            made = std::make_unique<policy_impl<qsdp::hadamard<P<B + MinBits>>>>(q);
+          }
+        }(),
+        ...);
+  }
+  (std::make_integer_sequence<int, 9 - MinBits>{});
+  if (!made)
+    throw qsdp::error(std::string("qsdp.torch.") + family + ": bits is " + std::to_string(bits) +
+                      "; expected " + std::to_string(MinBits) + " to 8");
+  return made;
+}
+
+}  // namespace qsdp::python

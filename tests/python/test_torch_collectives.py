@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: Apache-2.0
+"""qsdp.torch's collectives on 4 gloo processes (and 3, an odd world): identity bit-exact against
+torch.distributed's own collectives, error bounds, every rank ending with the same values, a rank
+that calls differently making every rank raise, and bad tensors."""
+import pytest
+import torch
+import torch.distributed as dist
+
+import qsdp
+import qsdp.torch as qt
+from conftest import run_ranks
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _shard(rank, count, dtype, seed=0):
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    return torch.randn(count, generator=g).to(dtype)
+
+
+def _same_on_every_rank(t):
+    gathered = torch.empty(dist.get_world_size() * t.numel(), dtype=t.dtype)
+    dist.all_gather_into_tensor(gathered, t.contiguous().view(-1))
+    for chunk in gathered.view(dist.get_world_size(), -1):
+        assert torch.equal(chunk.view(torch.int16 if t.element_size() == 2 else torch.int32),
+                           t.view(-1).view(chunk.view(torch.int16 if t.element_size() == 2
+                                                      else torch.int32).dtype))
+
+
+def _identity_matches_torch(rank, world):
+    for dtype in DTYPES:
+        count = 1000 + 3  # not a multiple of anything
+        x = _shard(rank, count, dtype)
+        ours, theirs = torch.empty(world * count, dtype=dtype), torch.empty(world * count,
+                                                                           dtype=dtype)
+        qt.all_gather_into_tensor(ours, x, qt.identity())
+        dist.all_gather_into_tensor(theirs, x)
+        assert torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8)), dtype
+        # reduce-scatter: the sum in float32 in rank order, as torch.distributed's would be for
+        # exact inputs (values on a 2^-8 grid below 2^8: every partial sum is exact)
+        full = (torch.randint(-2**15, 2**15, (world * count,),
+                              generator=torch.Generator().manual_seed(rank)) / 256.0).to(dtype)
+        out = torch.empty(count, dtype=dtype)
+        qt.reduce_scatter_tensor(out, full, qt.identity(), op="sum")
+        expected = full.float().clone()
+        dist.all_reduce(expected)
+        assert torch.equal(out, expected[rank * count:(rank + 1) * count].to(dtype)), dtype
+
+
+def _quantized_collectives(rank, world):
+    for dtype in DTYPES:
+        count = 4096 + 17
+        w = qt.random_shift(bits=8, bucket_size=1024, seed=1)
+        g = qt.stochastic(bits=8, bucket_size=1024, seed=2)
+        x = _shard(rank, count, dtype, seed=1)
+        full = torch.empty(world * count, dtype=dtype)
+        qt.all_gather_into_tensor(full, x, w)
+        exact = torch.empty_like(full)
+        dist.all_gather_into_tensor(exact, x)
+        err = (full.float() - exact.float()).norm() / exact.float().norm()
+        assert err < 0.01, (dtype, float(err))
+        _same_on_every_rank(full)
+        # reduce-scatter, avg: against the exact mean
+        grads = _shard(rank, world * count, dtype, seed=2)
+        out = torch.empty(count, dtype=dtype)
+        qt.reduce_scatter_tensor(out, grads, g, op="avg")
+        mean = grads.float().clone()
+        dist.all_reduce(mean)
+        mean = mean[rank * count:(rank + 1) * count] / world
+        err = (out.float() - mean).norm() / mean.norm()
+        assert err < 0.02, (dtype, float(err))
+        # all_reduce: in place, the same values on every rank, near the exact sum
+        t = grads.clone()
+        qt.all_reduce(t, g, op=dist.ReduceOp.SUM)
+        total = grads.float().clone()
+        dist.all_reduce(total)
+        err = (t.float() - total).norm() / total.norm()
+        assert err < 0.02, (dtype, float(err))
+        _same_on_every_rank(t)
+    # 4-bit rotated gradients: the rotation's gain survives the collective
+    count = 1 << 14
+    grads = torch.randn(world * count, generator=torch.Generator().manual_seed(rank))
+    grads[torch.arange(rank, grads.numel(), 997)] *= 100.0
+    exact = grads.clone()
+    dist.all_reduce(exact)
+    exact = exact[rank * count:(rank + 1) * count]
+    errors = {}
+    for name, q in {"plain": qt.stochastic(bits=4, bucket_size=256, seed=3),
+                    "rotated": qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=3))}.items():
+        out = torch.empty(count)
+        qt.reduce_scatter_tensor(out, grads, q, op="sum")
+        errors[name] = float((out - exact).norm() / exact.norm())
+    assert errors["rotated"] * 3 < errors["plain"], errors
+
+
+def _mismatch_raises_on_every_rank(rank, world):
+    g = qt.stochastic(bits=8, bucket_size=1024, seed=2)
+    count = 1000 if rank != 1 else 999  # rank 1 calls with another count
+    with pytest.raises(qsdp.Error, match="count"):
+        qt.all_gather_into_tensor(torch.empty(world * count), torch.zeros(count), g)
+    other = qt.stochastic(bits=4, bucket_size=1024) if rank == 2 else g  # another policy
+    with pytest.raises(qsdp.Error, match="bits|stochastic<4>|quantizer"):
+        qt.reduce_scatter_tensor(torch.empty(100), torch.zeros(world * 100), other)
+    dtype = torch.bfloat16 if rank == 0 else torch.float32  # another element type
+    with pytest.raises(qsdp.Error):
+        qt.all_reduce(torch.zeros(100, dtype=dtype), g)
+    # and the group still works afterwards
+    out = torch.empty(world * 10)
+    qt.all_gather_into_tensor(out, torch.full((10,), float(rank)), qt.identity())
+    assert torch.equal(out, torch.arange(world).float().repeat_interleave(10))
+
+
+def _bad_tensors_raise(rank, world):
+    g = qt.stochastic(bits=8)
+    with pytest.raises(ValueError, match="output has 10 values; expected world size"):
+        qt.all_gather_into_tensor(torch.empty(10), torch.zeros(10), g)
+    with pytest.raises(TypeError, match="input has dtype torch.float32, output torch.bfloat16"):
+        qt.all_gather_into_tensor(torch.empty(40, dtype=torch.bfloat16), torch.zeros(10), g)
+    with pytest.raises(ValueError, match="input is not contiguous"):
+        qt.reduce_scatter_tensor(torch.empty(10), torch.zeros(10, world).t(), g)
+    with pytest.raises(ValueError, match="op is 'max'"):
+        qt.all_reduce(torch.zeros(10), g, op="max")
+    with pytest.raises(TypeError, match="tensor has dtype torch.int64"):
+        qt.all_reduce(torch.zeros(10, dtype=torch.int64), g)
+    dist.barrier()
+
+
+@pytest.mark.parametrize("world", [4, 3])
+def test_identity_is_bit_exact_against_torch(world):
+    run_ranks(world, _identity_matches_torch)
+
+
+def test_quantized_collectives_within_bounds_and_identical_on_every_rank():
+    run_ranks(4, _quantized_collectives)
+
+
+def test_a_rank_that_calls_differently_makes_every_rank_raise():
+    run_ranks(4, _mismatch_raises_on_every_rank)
+
+
+def test_bad_tensors_raise_naming_them():
+    run_ranks(4, _bad_tensors_raise)
+
+
+def test_collectives_need_torch_distributed():
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        qt.all_reduce(torch.zeros(4), qt.stochastic(bits=8))
