@@ -10,6 +10,7 @@
     qt.all_gather_into_tensor(output, input, w, group=None)
     qt.reduce_scatter_tensor(output, input, g, op="avg", group=None)
     qt.all_reduce(tensor, g, op="sum", group=None)
+    handle = qt.fsdp.compress(model, weights=w, grads=g)   # every FSDPModule in model
 
 Policies are the C++ ones (qsdp/quantizers.hpp), each object keeping its own call counter: a
 randomized policy draws fresh random numbers on every call, reproducible from its seed and the
@@ -23,17 +24,19 @@ the CPU has them).
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import torch
 import torch.distributed as dist
 
 from . import _ext
+from . import _fsdp as fsdp
 from ._ext import Error
 
 __all__ = [
     "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
-    "reduce_scatter_tensor", "all_reduce",
+    "reduce_scatter_tensor", "all_reduce", "DeltaGather", "fsdp",
 ]
 
 _ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -213,7 +216,11 @@ def decode(policy: Policy, packet: torch.Tensor, out: torch.Tensor) -> torch.Ten
 
 # ---- collectives ------------------------------------------------------------------------------
 
-_communicators: dict = {}
+# One qsdp communicator per process group (it holds the call counter and scratch the collectives
+# use), dropped with the group. Neither the table nor the communicator's callbacks keep the group
+# alive: a ProcessGroup that outlived destroy_process_group would be torn down at interpreter exit,
+# after its backend, which aborts the process.
+_communicators: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _communicator(group, where: str):
@@ -222,18 +229,26 @@ def _communicator(group, where: str):
                            "(call torch.distributed.init_process_group first)")
     if group is None:
         group = dist.group.WORLD
-    entry = _communicators.get(id(group))
-    if entry is None or entry[0] is not group:
+    comm = _communicators.get(group)
+    if comm is None:
+        ref = weakref.ref(group)
+
+        def live():
+            g = ref()
+            if g is None:
+                raise RuntimeError(f"{where}: the process group is gone")
+            return g
+
         def all_gather(send, recv):
-            dist.all_gather_into_tensor(recv, send, group=group)
+            dist.all_gather_into_tensor(recv, send, group=live())
 
         def all_to_all(send, recv):
-            dist.all_to_all_single(recv, send, group=group)
+            dist.all_to_all_single(recv, send, group=live())
 
         comm = _ext.GroupCommunicator(dist.get_rank(group), dist.get_world_size(group),
                                       all_gather, all_to_all)
-        entry = _communicators[id(group)] = (group, comm)
-    return entry[1]
+        _communicators[group] = comm
+    return comm
 
 
 def _op_code(op, where: str) -> int:
@@ -303,3 +318,60 @@ def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None) -> No
     op_code = _op_code(op, where)
     comm = _communicator(group, where)
     q._impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code)
+
+
+class DeltaGather:
+    """The weight-difference all-gather (qsdp::delta_gather<T>, SDP4Bit's weight differences): one
+    object per rank and stream of gathers, keeping the last reconstruction of every rank's shard
+    (count x world values of dtype: memory_bytes). Each call sends the quantized difference between
+    this rank's shard and the reconstruction the others hold, so errors never accumulate; every
+    rank's output is bit-identical. It fits where every rank keeps the full weights anyway (ZeRO-1/2,
+    a distributed optimizer); under ZeRO-3 / FSDP it costs a full copy of the gathered weights.
+
+        gather = qt.DeltaGather(count, dtype=torch.float32)
+        gather.all_gather_into_tensor(output, input, qt.random_shift(bits=4, bucket_size=2048))
+
+    Every rank must make every call (and reset together): a rank whose reconstruction has seen
+    another number of calls, count or policy makes every rank raise qsdp.Error."""
+
+    def __init__(self, count: int, dtype: torch.dtype = torch.float32, group=None):
+        where = "qsdp.torch.DeltaGather"
+        self.count = _integer("count", count, 0, 2**56, where)
+        self.dtype = dtype
+        self._comm = _communicator(group, where)
+        self._impl = _ext.DeltaGather(_element_code(dtype, "dtype", where), self.count,
+                                      self._comm.size)
+
+    @property
+    def calls(self) -> int:
+        """Calls since construction or the last reset()."""
+        return self._impl.calls
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes this object holds (the reconstruction and scratch; allocated by the first call)."""
+        return self._impl.memory_bytes
+
+    def reset(self) -> None:
+        """Forgets the reconstruction (every rank must reset before the same call)."""
+        self._impl.reset()
+
+    def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor,
+                               policy: Policy) -> None:
+        """output (world * count values) gets every rank's reconstructed shard after this call."""
+        where = "qsdp.torch.DeltaGather.all_gather_into_tensor"
+        q = _policy(policy, where)
+        _values(input, "input", where)
+        _values(output, "output", where)
+        for name, t in (("input", input), ("output", output)):
+            if t.dtype != self.dtype:
+                raise TypeError(f"{where}: {name} has dtype {t.dtype}; this DeltaGather was made "
+                                f"for {self.dtype}")
+        if input.numel() != self.count:
+            raise ValueError(f"{where}: input has {input.numel()} values; this DeltaGather was "
+                             f"made for count {self.count}")
+        world = self._comm.size
+        if output.numel() != self.count * world:
+            raise ValueError(f"{where}: output has {output.numel()} values; expected world size "
+                             f"{world} x count {self.count} = {self.count * world}")
+        q._impl.delta_all_gather(self._impl, self._comm, input.data_ptr(), output.data_ptr())

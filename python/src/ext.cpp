@@ -62,6 +62,28 @@ void group_communicator::all_to_all_bytes(const std::byte* send, std::byte* recv
   all_to_all_(byte_view(send, total), byte_view(recv, total));
 }
 
+delta_holder::any_gather delta_holder::make(element e, std::size_t count, int world) {
+  return with_element(e, [&]<class T>() {
+    return any_gather(std::in_place_type<qsdp::delta_gather<T>>, count, world);
+  });
+}
+
+delta_holder::delta_holder(element e, std::size_t count, int world)
+    : type_(e), gather_(make(e, count, world)) {}
+
+std::size_t delta_holder::count() const {
+  return std::visit([](const auto& d) { return d.count(); }, gather_);
+}
+std::uint64_t delta_holder::calls() const {
+  return std::visit([](const auto& d) { return d.calls(); }, gather_);
+}
+std::size_t delta_holder::memory_bytes() const {
+  return std::visit([](const auto& d) { return d.memory_bytes(); }, gather_);
+}
+void delta_holder::reset() {
+  std::visit([](auto& d) { d.reset(); }, gather_);
+}
+
 std::unique_ptr<policy> make_identity() {
   return std::make_unique<policy_impl<qsdp::identity>>(qsdp::identity{});
 }
@@ -82,6 +104,7 @@ std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::si
 
 namespace {
 
+using qsdp::python::delta_holder;
 using qsdp::python::element;
 using qsdp::python::group_communicator;
 using qsdp::python::policy;
@@ -139,10 +162,25 @@ NB_MODULE(_ext, m) {
              p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
                               op_from(op));
            })
-      .def("all_reduce", [](policy& p, group_communicator& comm, int e, std::uintptr_t data,
-                            std::size_t count, int op) {
-        p.all_reduce(comm, static_cast<element>(e), address(data), count, op_from(op));
+      .def("all_reduce",
+           [](policy& p, group_communicator& comm, int e, std::uintptr_t data, std::size_t count,
+              int op) {
+             p.all_reduce(comm, static_cast<element>(e), address(data), count, op_from(op));
+           })
+      .def("delta_all_gather", [](policy& p, delta_holder& gather, group_communicator& comm,
+                                  std::uintptr_t send, std::uintptr_t recv) {
+        p.delta_all_gather(gather, comm, address(send), address(recv));
       });
+
+  nb::class_<delta_holder>(m, "DeltaGather")
+      .def("__init__",
+           [](delta_holder* self, int e, std::size_t count, int world) {
+             new (self) delta_holder(static_cast<element>(e), count, world);
+           })
+      .def_prop_ro("count", &delta_holder::count)
+      .def_prop_ro("calls", &delta_holder::calls)
+      .def_prop_ro("memory_bytes", &delta_holder::memory_bytes)
+      .def("reset", &delta_holder::reset);
 
   m.def("make_policy", &qsdp::python::make_policy, nb::arg("family"), nb::arg("bits"),
         nb::arg("bucket_size"), nb::arg("seed"), nb::arg("rotated"));

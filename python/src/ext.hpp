@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <qsdp/collectives.hpp>
 #include <qsdp/communicator.hpp>
@@ -75,6 +76,39 @@ class group_communicator {
 
 static_assert(communicator<group_communicator>);
 
+/// A qsdp::delta_gather<T> for the element type chosen at run time (qsdp.torch.DeltaGather).
+class delta_holder {
+ public:
+  delta_holder(element e, std::size_t count, int world);
+
+  element type() const noexcept { return type_; }
+  std::size_t count() const;
+  std::uint64_t calls() const;
+  std::size_t memory_bytes() const;
+  void reset();
+
+  /// The delta_gather<T>; T must be type()'s (the Python layer checks the tensors' dtype).
+  template <class T>
+  qsdp::delta_gather<T>& get() {
+    if (auto* d = std::get_if<qsdp::delta_gather<T>>(&gather_)) return *d;
+    throw qsdp::error(
+        "qsdp.torch.DeltaGather: called with another element type than it was "
+        "made for");
+  }
+
+ private:
+#if QSDP_HAS_CUDA_HALF
+  using any_gather = std::variant<qsdp::delta_gather<float>, qsdp::delta_gather<__nv_bfloat16>,
+                                  qsdp::delta_gather<__half>>;
+#else
+  using any_gather = std::variant<qsdp::delta_gather<float>>;
+#endif
+  static any_gather make(element e, std::size_t count, int world);
+
+  element type_;
+  any_gather gather_;
+};
+
 /// One qsdp policy with its state, behind the calls qsdp.torch makes. Pointers are host memory,
 /// `count` values of the element type given (checked by the Python layer).
 class policy {
@@ -93,6 +127,9 @@ class policy {
                               std::size_t count, reduce_op op) = 0;
   virtual void all_reduce(group_communicator& comm, element e, void* data, std::size_t count,
                           reduce_op op) = 0;
+  /// gather.all_gather(comm, this policy, send, recv): the weight-difference all-gather.
+  virtual void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
+                                void* recv) = 0;
 };
 
 /// A built-in policy: family "stochastic", "uniform", "symmetric" or "random_shift" (bits 1..8,

@@ -60,6 +60,12 @@ class policy_impl final : public policy {
     with_element(e,
                  [&]<class T>() { qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op); });
   }
+  void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
+                        void* recv) override {
+    with_element(gather.type(), [&]<class T>() {
+      gather.get<T>().all_gather(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv));
+    });
+  }
 
  private:
   Q q_;

@@ -125,6 +125,45 @@ def _bad_tensors_raise(rank, world):
     dist.barrier()
 
 
+def _delta_gather(rank, world):
+    count = 8192 + 5
+    for dtype in (torch.float32, torch.bfloat16):
+        gather = qt.DeltaGather(count, dtype=dtype)
+        q = qt.random_shift(bits=4, bucket_size=2048, seed=9)
+        plain_q = qt.random_shift(bits=4, bucket_size=2048, seed=9)
+        g = torch.Generator().manual_seed(rank)
+        weights = torch.randn(count, generator=g)
+        delta_out = torch.empty(world * count, dtype=dtype)
+        plain_out = torch.empty(world * count, dtype=dtype)
+        exact = torch.empty(world * count, dtype=dtype)
+        for _ in range(40):  # slowly moving weights: 0.5 % of their spread per step
+            weights += 0.005 * torch.randn(count, generator=g)
+            shard = weights.to(dtype)
+            gather.all_gather_into_tensor(delta_out, shard, q)
+            qt.all_gather_into_tensor(plain_out, shard, plain_q)
+            dist.all_gather_into_tensor(exact, shard)
+        _same_on_every_rank(delta_out)
+        delta_err = float((delta_out.float() - exact.float()).norm() / exact.float().norm())
+        plain_err = float((plain_out.float() - exact.float()).norm() / exact.float().norm())
+        assert delta_err * 5 < plain_err, (dtype, delta_err, plain_err)
+        assert gather.calls == 40 and gather.memory_bytes >= world * count * shard.element_size()
+    # a rank that reset alone: its reconstruction is not the others', and every rank raises
+    gather = qt.DeltaGather(100)
+    q = qt.random_shift(bits=8, seed=1)
+    out = torch.empty(world * 100)
+    gather.all_gather_into_tensor(out, torch.zeros(100), q)
+    if rank == 1:
+        gather.reset()
+    with pytest.raises(qsdp.Error, match="rank 1's reconstruction has seen 0 calls, rank 0's 1"):
+        gather.all_gather_into_tensor(out, torch.zeros(100), q)
+    with pytest.raises(ValueError, match="input has 99 values; this DeltaGather was made for count"):
+        gather.all_gather_into_tensor(out, torch.zeros(99), q)
+
+
+def test_delta_gather_beats_plain_gathering_on_moving_weights():
+    run_ranks(4, _delta_gather)
+
+
 @pytest.mark.parametrize("world", [4, 3])
 def test_identity_is_bit_exact_against_torch(world):
     run_ranks(world, _identity_matches_torch)

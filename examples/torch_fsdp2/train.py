@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""A small character-level GPT trained with FSDP2 (torch.distributed.fsdp.fully_shard) on CPU
+processes over gloo, with qsdp.torch compressing the all-gather of weights and the reduce-scatter of
+gradients (qt.fsdp.compress). Run it with torchrun:
+
+    torchrun --standalone --nproc-per-node 4 examples/torch_fsdp2/train.py --run w8g8 \\
+        --steps 400 --log w8g8.csv
+
+--run picks the weight and gradient compression:
+    fp32   FSDP's own collectives, uncompressed
+    w8g8   weights random_shift<8>, gradients stochastic<8> (bucket 1024)
+    w4g4   weights random_shift<4>, gradients stochastic<4> (bucket 1024): QSDP's plain 4 bits
+    w4g4d  weights as 4-bit differences (qt.DeltaGather, random_shift<4>, bucket 1024), gradients
+           hadamard<stochastic<4>> (bucket 256): SDP4Bit's two ideas
+The model (--layers 4 --width 128 --heads 4 --context 128), the initial weights and the data order
+(--seed) are the same for every run. The text is Debian's fortunes package (examples/fsdp_train/
+setup.sh installs it), 10 % held out. Rank 0 prints progress and, at the end, one line
+"final: run R steps S train T val V seconds X ag_ratio A rs_ratio B".
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import qsdp.torch as qt
+
+RUNS = ("fp32", "w8g8", "w4g4", "w4g4d")
+
+
+def load_text(path: str, validation_fraction: float = 0.1):
+    """Characters of every text file under `path` as tokens 0..95 ('\\n' 0, ' '..'~' 1..95; tabs as
+    spaces; other bytes dropped), as examples/fsdp_train reads them."""
+    root = pathlib.Path(path)
+    files = sorted(p for p in root.iterdir() if p.is_file() and not p.is_symlink()) \
+        if root.is_dir() else [root]
+    if not files or not files[0].exists():
+        raise SystemExit(f"--data {path}: no such file or directory "
+                         "(examples/fsdp_train/setup.sh installs the default text)")
+    table = bytearray(256)
+    keep = bytearray(256)
+    for b in range(256):
+        c = 32 if b == 9 else b
+        if b == 10:
+            table[b], keep[b] = 0, 1
+        elif 32 <= c <= 126:
+            table[b], keep[b] = c - 31, 1
+    tokens = bytearray()
+    for f in files:
+        data = f.read_bytes()
+        if b"\0" in data:  # fortune's .dat indexes
+            continue
+        tokens += bytes(table[b] for b in data if keep[b])
+    if len(tokens) < 100_000:
+        raise SystemExit(f"--data {path}: {len(tokens)} usable characters; expected >= 100000")
+    t = torch.tensor(list(tokens), dtype=torch.long)
+    split = int(len(t) * (1 - validation_fraction))
+    return t[:split], t[split:]
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.norm2 = torch.nn.LayerNorm(width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(w, dim=2)
+        shape = (b, t, self.heads, w // self.heads)
+        q, k, v = (y.view(shape).transpose(1, 2) for y in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, w))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocab: int, context: int, width: int, layers: int, heads: int):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.position = torch.nn.Embedding(context, width)
+        self.blocks = torch.nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.position(torch.arange(tokens.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def batch(data, rows, context, generator):
+    starts = torch.randint(0, len(data) - context - 1, (rows,), generator=generator)
+    x = torch.stack([data[s:s + context] for s in starts.tolist()])
+    y = torch.stack([data[s + 1:s + context + 1] for s in starts.tolist()])
+    return x, y
+
+
+def mean_over_ranks(value: float) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t) / dist.get_world_size()
+
+
+@torch.no_grad()
+def validation_loss(model, windows_x, windows_y, rank, world):
+    """The mean loss over the fixed validation windows, each rank evaluating its share."""
+    mine = range(rank, len(windows_x), world)
+    total = 0.0
+    for i in mine:
+        logits = model(windows_x[i:i + 1])
+        total += float(F.cross_entropy(logits.view(-1, logits.shape[-1]), windows_y[i].view(-1)))
+    t = torch.tensor([total, len(mine)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t[0] / t[1])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", choices=RUNS, default="fp32")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--batch", type=int, default=8, help="windows per rank and step")
+    p.add_argument("--context", type=int, default=128)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--val-windows", type=int, default=64)
+    p.add_argument("--data", default="/usr/share/games/fortunes")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--log", help="CSV (step,train,val,seconds; rank 0) for examples/fsdp_train/plot_losses.py")
+    args = p.parse_args()
+    for name in ("steps", "batch", "context", "width", "layers", "heads", "eval_every",
+                 "val_windows", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} is {getattr(args, name)}; expected >= 1")
+    if args.width % args.heads:
+        p.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    say = print if rank == 0 else (lambda *a, **k: None)
+
+    train_data, val_data = load_text(args.data)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank and in every run
+    model = GPT(96, args.context, args.width, args.layers, args.heads)
+    parameters = sum(p.numel() for p in model.parameters())
+    mesh = init_device_mesh("cpu", (world,))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    handle = None
+    if args.run == "w8g8":
+        handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, seed=11),
+                                  grads=qt.stochastic(bits=8, seed=12))
+    elif args.run == "w4g4":
+        handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=4, seed=11),
+                                  grads=qt.stochastic(bits=4, seed=12))
+    elif args.run == "w4g4d":
+        handle = qt.fsdp.compress(
+            model, weights=qt.random_shift(bits=4, seed=11),
+            grads=qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=12)),
+            weight_deltas=True)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 1.0 - 0.9 * min(s, args.steps) / args.steps)  # linear to a tenth
+    g = torch.Generator().manual_seed(1000 * args.seed + rank)
+    vg = torch.Generator().manual_seed(args.seed)  # the same windows on every rank and run
+    val_x, val_y = batch(val_data, args.val_windows, args.context, vg)
+    say(f"torch_fsdp2: run {args.run}, {world} ranks, {parameters} parameters, "
+        f"{len(train_data)} training characters, {args.steps} steps of {args.batch} x "
+        f"{args.context} characters per rank")
+    log = open(args.log, "w") if args.log and rank == 0 else None
+    if log:
+        log.write("step,train,val,seconds\n")
+    start = time.perf_counter()
+    train_loss = math.nan
+    recent = []
+    for step in range(1, args.steps + 1):
+        x, y = batch(train_data, args.batch, args.context, g)
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        schedule.step()
+        recent.append(float(loss))
+        if step % args.eval_every == 0 or step == args.steps:
+            train_loss = mean_over_ranks(sum(recent) / len(recent))
+            recent = []
+            val = validation_loss(model, val_x, val_y, rank, world)
+            seconds = time.perf_counter() - start
+            say(f"step {step}/{args.steps}: train {train_loss:.4f} val {val:.4f} "
+                f"({seconds:.0f} s)", flush=True)
+            if log:
+                log.write(f"{step},{train_loss:.6f},{val:.6f},{seconds:.3f}\n")
+                log.flush()
+    seconds = time.perf_counter() - start
+    ratios = {}
+    if handle is not None:
+        for name, s in handle.stats().items():
+            ratios[name] = s["bytes"] / s["uncompressed_bytes"] if s["uncompressed_bytes"] else 1
+    say(f"final: run {args.run} steps {args.steps} train {train_loss:.4f} val {val:.4f} "
+        f"seconds {seconds:.1f} ag_ratio {ratios.get('all_gather', 1.0):.3f} "
+        f"rs_ratio {ratios.get('reduce_scatter', 1.0):.3f}", flush=True)
+    if log:
+        log.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: Apache-2.0
+"""qsdp.torch.fsdp: FSDP2 (torch.distributed.fsdp.fully_shard) with qsdp's compressed all-gather of
+weights and reduce-scatter of gradients.
+
+    import qsdp.torch as qt
+    handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, seed=1),
+                              grads=qt.stochastic(bits=8, seed=2))
+    ...train...
+    handle.stats()  # {"all_gather": {"calls", "bytes", "uncompressed_bytes", "fallback_calls"},
+                    #  "reduce_scatter": {...}}
+
+compress installs a custom all-gather and reduce-scatter (FSDPModule.set_custom_all_gather /
+set_custom_reduce_scatter) on every FSDPModule in `model`; either policy may be None, which leaves
+that collective to FSDP. FSDP hands each one flat buffer per parameter group. A float32, bfloat16 or
+float16 buffer goes through qsdp.torch's collectives; a buffer qsdp cannot quantize (the uint8
+buffer FSDP makes when a group's parameters have different dtypes) goes through torch.distributed
+uncompressed and is counted as such in stats() ("fallback_calls"), never silently. Reduce ops: SUM
+and AVG (FSDP's choice for float32 and bfloat16 gradients, and its pre/post-divided SUM for float16);
+a PREMUL_SUM (set_gradient_divide_factor with a factor other than the world size) raises.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["compress", "Handle"]
+
+_QUANTIZABLE = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _Counter:
+    def __init__(self):
+        self.calls = 0
+        self.bytes = 0
+        self.uncompressed_bytes = 0
+        self.fallback_calls = 0
+
+    def as_dict(self) -> dict:
+        return {"calls": self.calls, "bytes": self.bytes,
+                "uncompressed_bytes": self.uncompressed_bytes,
+                "fallback_calls": self.fallback_calls}
+
+
+def _allocate(size, *, dtype, device):
+    return torch.empty(size, dtype=dtype, device=device)
+
+
+def _op(op, where):
+    if op == dist.ReduceOp.SUM:
+        return "sum"
+    if op == dist.ReduceOp.AVG:
+        return "avg"
+    raise ValueError(f"{where}: FSDP asked for reduce op {op!r}; qsdp.torch.fsdp handles SUM and "
+                     "AVG (a PREMUL_SUM comes from set_gradient_divide_factor with a factor other "
+                     "than the world size)")
+
+
+class _AllGather:
+    """FSDP's AllGather interface (torch.distributed.fsdp._fully_shard._fsdp_api) over
+    qsdp.torch.all_gather_into_tensor, or over a qsdp.torch.DeltaGather of its own (deltas=True:
+    one per FSDP module, so per parameter group)."""
+
+    def __init__(self, policy, counter: _Counter, deltas: bool):
+        self.policy, self.counter, self.deltas = policy, counter, deltas
+        self.delta = None
+
+    def allocate(self, size, *, dtype, device):
+        return _allocate(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        from . import torch as qt
+        c = self.counter
+        c.calls += 1
+        c.uncompressed_bytes += _bytes(input_tensor)
+        if input_tensor.dtype in _QUANTIZABLE and self.deltas:
+            d = self.delta
+            if d is None:
+                d = self.delta = qt.DeltaGather(input_tensor.numel(), input_tensor.dtype, group)
+            elif d.count != input_tensor.numel() or d.dtype != input_tensor.dtype:
+                raise ValueError("qsdp.torch.fsdp all-gather: FSDP handed over "
+                                 f"{input_tensor.numel()} values of {input_tensor.dtype}, this "
+                                 f"group's weight differences are of {d.count} values of "
+                                 f"{d.dtype}")
+            d.all_gather_into_tensor(output_tensor, input_tensor, self.policy)
+            c.bytes += qt.compressed_size(self.policy, input_tensor.numel(), torch.float32)
+        elif input_tensor.dtype in _QUANTIZABLE:
+            qt.all_gather_into_tensor(output_tensor, input_tensor, self.policy, group=group)
+            c.bytes += qt.compressed_size(self.policy, input_tensor.numel(), input_tensor.dtype)
+        else:
+            dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
+            c.bytes += _bytes(input_tensor)
+            c.fallback_calls += 1
+        return None  # done: FSDP waits on a Work only when one is returned
+
+
+class _ReduceScatter:
+    """FSDP's ReduceScatter interface over qsdp.torch.reduce_scatter_tensor."""
+
+    def __init__(self, policy, counter: _Counter):
+        self.policy, self.counter = policy, counter
+
+    def allocate(self, size, *, dtype, device):
+        return _allocate(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        from . import torch as qt
+        name = _op(op, "qsdp.torch.fsdp reduce-scatter")
+        c = self.counter
+        c.calls += 1
+        c.uncompressed_bytes += _bytes(input_tensor)
+        if input_tensor.dtype in _QUANTIZABLE:
+            qt.reduce_scatter_tensor(output_tensor, input_tensor, self.policy, op=name,
+                                     group=group)
+            c.bytes += group.size() * qt.compressed_size(self.policy, output_tensor.numel(),
+                                                         input_tensor.dtype)
+        else:
+            dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
+            c.bytes += _bytes(input_tensor)
+            c.fallback_calls += 1
+        return None
+
+
+class Handle:
+    """What compress installed: the modules, and the bytes each collective sent."""
+
+    def __init__(self, modules, all_gather: _Counter, reduce_scatter: _Counter):
+        self.modules = modules
+        self._all_gather, self._reduce_scatter = all_gather, reduce_scatter
+
+    def stats(self) -> dict:
+        """Per collective: calls, bytes this rank encoded for the wire (its packets),
+        uncompressed_bytes (what FSDP's own collective would have sent), fallback_calls (buffers
+        sent uncompressed because qsdp cannot quantize their dtype)."""
+        return {"all_gather": self._all_gather.as_dict(),
+                "reduce_scatter": self._reduce_scatter.as_dict()}
+
+
+def compress(model: torch.nn.Module, weights=None, grads=None, *,
+             weight_deltas: bool = False) -> Handle:
+    """Compresses the all-gather of weights with policy `weights` and the reduce-scatter of
+    gradients with policy `grads` in every FSDPModule (fully_shard) of `model`. weight_deltas:
+    gather each parameter group through a qsdp.torch.DeltaGather (SDP4Bit's weight differences:
+    4-bit weights that train like 8-bit ones), at the cost of a full copy of the gathered weights
+    on every rank (the reconstruction)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from . import torch as qt
+    where = "qsdp.torch.fsdp.compress"
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{where}: model is {type(model).__name__}; expected a torch.nn.Module")
+    for name, policy in (("weights", weights), ("grads", grads)):
+        if policy is not None and not isinstance(policy, qt.Policy):
+            raise TypeError(f"{where}: {name} is {policy!r}; expected a qsdp.torch policy or None")
+    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if not modules:
+        raise ValueError(f"{where}: model has no FSDPModule; call fully_shard on it (and its "
+                         "blocks) first")
+    gathered, reduced = _Counter(), _Counter()
+    for m in modules:
+        if weights is not None:
+            m.set_custom_all_gather(_AllGather(weights, gathered, bool(weight_deltas)))
+        if grads is not None:
+            m.set_custom_reduce_scatter(_ReduceScatter(grads, reduced))
+    return Handle(modules, gathered, reduced)
