@@ -24,10 +24,18 @@ def _rank_main(rank, world, store_path, fn, args, errors):
         dist.destroy_process_group()
 
 
+# Ranks are forked from a server process that imported torch and qsdp once (a fresh interpreter per
+# rank spends seconds importing torch, times 4 ranks on 2 cores, for every test); the server runs
+# no torch operation itself, so forking it is safe where forking the test process (whose torch
+# thread pools have run) is not.
+_context = mp.get_context("forkserver")
+_context.set_forkserver_preload(["torch", "torch.distributed", "qsdp.torch", "conftest"])
+
+
 def run_ranks(world, fn, *args, timeout=120):
     """Fails with the first failure to arrive (the cause; the other ranks' are usually the broken
     connection that follows), after ending the ranks still waiting on the failed one."""
-    ctx = mp.get_context("spawn")
+    ctx = _context
     errors = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory() as folder:
         store = os.path.join(folder, "store")
