@@ -42,7 +42,7 @@ for run in ${runs}; do
   [[ -n "${what[${run}]:-}" ]] || { echo "run_table.sh: unknown run '${run}'" >&2; exit 2; }
   echo "run_table.sh: ${run} ..." >&2
   final=$("${python}" -m torch.distributed.run --standalone --nproc-per-node 4 \
-            "${here}/train.py" --run "${run}" --steps "${steps}" --log "${out}/${run}.csv" \
+            "${here}/train.py" --compress "${run}" --steps "${steps}" --csv "${out}/${run}.csv" \
             "${extra[@]}" | tee -a /dev/stderr | grep '^final:')
   read -r _ _ _ _ s _ train _ val _ secs _ ag _ rs <<<"${final}"
   [[ "${run}" == fp32 ]] && fp32_val="${val}"

@@ -4,10 +4,10 @@
 processes over gloo, with qsdp.torch compressing the all-gather of weights and the reduce-scatter of
 gradients (qt.fsdp.compress). Run it with torchrun:
 
-    torchrun --standalone --nproc-per-node 4 examples/torch_fsdp2/train.py --run w8g8 \\
-        --steps 400 --log w8g8.csv
+    torchrun --standalone --nproc-per-node 4 examples/torch_fsdp2/train.py --compress w8g8 \\
+        --steps 400 --csv w8g8.csv
 
---run picks the weight and gradient compression:
+--compress picks the weight and gradient compression:
     fp32   FSDP's own collectives, uncompressed
     w8g8   weights random_shift<8>, gradients stochastic<8> (bucket 1024)
     w4g4   weights random_shift<4>, gradients stochastic<4> (bucket 1024): QSDP's plain 4 bits
@@ -21,6 +21,7 @@ setup.sh installs it), 10 % held out. Rank 0 prints progress and, at the end, on
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import pathlib
 import sys
@@ -132,7 +133,7 @@ def validation_loss(model, windows_x, windows_y, rank, world):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", choices=RUNS, default="fp32")
+    p.add_argument("--compress", choices=RUNS, default="fp32")
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=8, help="windows per rank and step")
     p.add_argument("--context", type=int, default=128)
@@ -145,7 +146,7 @@ def main():
     p.add_argument("--val-windows", type=int, default=64)
     p.add_argument("--data", default="/usr/share/games/fortunes")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    p.add_argument("--log", help="CSV (step,train,val,seconds; rank 0) for examples/fsdp_train/plot_losses.py")
+    p.add_argument("--csv", help="CSV (step,train,val,seconds; rank 0) for examples/fsdp_train/plot_losses.py")
     args = p.parse_args()
     for name in ("steps", "batch", "context", "width", "layers", "heads", "eval_every",
                  "val_windows", "threads"):
@@ -168,13 +169,13 @@ def main():
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     handle = None
-    if args.run == "w8g8":
+    if args.compress == "w8g8":
         handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, seed=11),
                                   grads=qt.stochastic(bits=8, seed=12))
-    elif args.run == "w4g4":
+    elif args.compress == "w4g4":
         handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=4, seed=11),
                                   grads=qt.stochastic(bits=4, seed=12))
-    elif args.run == "w4g4d":
+    elif args.compress == "w4g4d":
         handle = qt.fsdp.compress(
             model, weights=qt.random_shift(bits=4, seed=11),
             grads=qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=12)),
@@ -186,10 +187,10 @@ def main():
     g = torch.Generator().manual_seed(1000 * args.seed + rank)
     vg = torch.Generator().manual_seed(args.seed)  # the same windows on every rank and run
     val_x, val_y = batch(val_data, args.val_windows, args.context, vg)
-    say(f"torch_fsdp2: run {args.run}, {world} ranks, {parameters} parameters, "
+    say(f"torch_fsdp2: run {args.compress}, {world} ranks, {parameters} parameters, "
         f"{len(train_data)} training characters, {args.steps} steps of {args.batch} x "
         f"{args.context} characters per rank")
-    log = open(args.log, "w") if args.log and rank == 0 else None
+    log = open(args.csv, "w") if args.csv and rank == 0 else None
     if log:
         log.write("step,train,val,seconds\n")
     start = time.perf_counter()
@@ -203,7 +204,7 @@ def main():
         loss.backward()
         opt.step()
         schedule.step()
-        recent.append(float(loss))
+        recent.append(loss.item())
         if step % args.eval_every == 0 or step == args.steps:
             train_loss = mean_over_ranks(sum(recent) / len(recent))
             recent = []
@@ -219,11 +220,16 @@ def main():
     if handle is not None:
         for name, s in handle.stats().items():
             ratios[name] = s["bytes"] / s["uncompressed_bytes"] if s["uncompressed_bytes"] else 1
-    say(f"final: run {args.run} steps {args.steps} train {train_loss:.4f} val {val:.4f} "
+    say(f"final: run {args.compress} steps {args.steps} train {train_loss:.4f} val {val:.4f} "
         f"seconds {seconds:.1f} ag_ratio {ratios.get('all_gather', 1.0):.3f} "
         f"rs_ratio {ratios.get('reduce_scatter', 1.0):.3f}", flush=True)
     if log:
         log.close()
+    # Drop everything that holds the process group before destroying it: a ProcessGroup that
+    # outlives destroy_process_group is torn down at interpreter exit, after gloo's threads, which
+    # aborts the process ("terminate called without an active exception").
+    del model, opt, schedule, handle, mesh
+    gc.collect()
     dist.destroy_process_group()
     return 0
 
