@@ -272,6 +272,13 @@ def _same_dtype(a, a_name, b, b_name, where):
                         "the same")
 
 
+def _world_times(full, full_name, part, part_name, world, where):
+    """full must hold world x part's values (all-gather's output, reduce-scatter's input)."""
+    if full.numel() != part.numel() * world:
+        raise ValueError(f"{where}: {full_name} has {full.numel()} values; expected world size "
+                         f"{world} x {part_name}'s {part.numel()} = {part.numel() * world}")
+
+
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
                            group=None) -> None:
     """torch.distributed.all_gather_into_tensor, compressed: output (world * input.numel()
@@ -283,9 +290,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Po
     _values(output, "output", where)
     _same_dtype(input, "input", output, "output", where)
     comm = _communicator(group, where)
-    if output.numel() != input.numel() * comm.size:
-        raise ValueError(f"{where}: output has {output.numel()} values; expected world size "
-                         f"{comm.size} x input's {input.numel()} = {input.numel() * comm.size}")
+    _world_times(output, "output", input, "input", comm.size, where)
     q._impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel())
 
 
@@ -301,10 +306,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Pol
     _same_dtype(input, "input", output, "output", where)
     op_code = _op_code(op, where)
     comm = _communicator(group, where)
-    if input.numel() != output.numel() * comm.size:
-        raise ValueError(f"{where}: input has {input.numel()} values; expected world size "
-                         f"{comm.size} x output's {output.numel()} = "
-                         f"{output.numel() * comm.size}")
+    _world_times(input, "input", output, "output", comm.size, where)
     q._impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(), output.numel(),
                            op_code)
 
