@@ -6,6 +6,12 @@
 #
 #   sudo bench/net/run.sh [--ranks 4] [--rate 1gbit] [--delay 0ms] [--subnet 10.77.0]
 #                         [--bench build/release/bench/qsdp-bench] -- [qsdp-bench arguments]
+#   sudo bench/net/run.sh [--ranks 4] [--rate 1gbit] ... --env-ranks -- COMMAND [ARGUMENTS]
+#
+# --env-ranks starts COMMAND once in each namespace, without MPI, with torchrun's variables set
+# (RANK, WORLD_SIZE, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, MASTER_ADDR = rank 0's address, MASTER_PORT
+# = $QSDP_NET_PORT or 29500) and GLOO_SOCKET_IFNAME=eth0, so torch.distributed's env:// rendezvous
+# and gloo's sockets use the shaped links; if one rank fails, the others are stopped 10 s later.
 #
 # The ranks reach each other only through the shaped links (OpenMPI: btl tcp,self and
 # btl_tcp_if_include / oob_tcp_if_include set to the subnet); mpirun itself runs in the calling
@@ -20,6 +26,7 @@ rate=1gbit
 delay=0ms
 subnet=10.77.0
 bench=""
+env_ranks=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
@@ -27,8 +34,9 @@ while [[ $# -gt 0 ]]; do
     --delay) delay="$2"; shift 2 ;;
     --subnet) subnet="$2"; shift 2 ;;
     --bench) bench="$2"; shift 2 ;;
+    --env-ranks) env_ranks=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench/net/run.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -40,18 +48,23 @@ die() { echo "bench/net/run.sh: $*" >&2; exit 2; }
 cannot() { echo "bench/net/run.sh: cannot run here: $*" >&2; exit 77; }
 [[ "${ranks}" =~ ^[0-9]+$ && "${ranks}" -ge 2 && "${ranks}" -le 200 ]] || die "--ranks ${ranks}: expected 2..200"
 [[ "${subnet}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet ${subnet}: expected three octets, e.g. 10.77.0"
-[[ -x "${bench}" ]] || die "${bench} is not an executable (build it: cmake --build --preset release --target qsdp-bench)"
+(( env_ranks )) && { [[ $# -gt 0 ]] || die "--env-ranks: expected a command after --"; }
+(( env_ranks )) || [[ -x "${bench}" ]] || die "${bench} is not an executable (build it: cmake --build --preset release --target qsdp-bench)"
 [[ "$(id -u)" -eq 0 ]] || cannot "needs root to create network namespaces and shape links (run it with sudo)"
 command -v ip >/dev/null && command -v tc >/dev/null || cannot "needs ip and tc (Debian: apt-get install iproute2)"
-command -v mpirun >/dev/null || cannot "needs mpirun (Debian: apt-get install openmpi-bin)"
+(( env_ranks )) || command -v mpirun >/dev/null || cannot "needs mpirun (Debian: apt-get install openmpi-bin)"
 
 tag="qn$$"  # unique per run: names never clash with another run's
 bridge="${tag}br"
 ns_name() { echo "${tag}n$1"; }
 created_ns=()
 mpirun_pid=""
+rank_pids=()
+stopper_pid=""
 cleanup() {
   set +e
+  [[ -n "${stopper_pid}" ]] && kill "${stopper_pid}" 2>/dev/null
+  for pid in "${rank_pids[@]}"; do kill "${pid}" 2>/dev/null; done
   [[ -n "${mpirun_pid}" ]] && kill "${mpirun_pid}" 2>/dev/null && pkill -f "^orted .*oob_tcp_if_include ${subnet}\.0/24"
   for ns in "${created_ns[@]}"; do ip netns del "${ns}" 2>/dev/null; done
   ip link del "${bridge}" 2>/dev/null
@@ -97,6 +110,36 @@ done
 echo "bench/net/run.sh: ${ranks} namespaces on ${bridge}, links ${rate}, delay ${delay}, subnet ${subnet}.0/24" >&2
 
 export QSDP_NETNS_MAP="${agentmap}" QSDP_NET_RATE="${rate}" QSDP_NET_DELAY="${delay}"
+
+if (( env_ranks )); then
+  declare -A rank_of=()
+  for ((i = 0; i < ranks; ++i)); do
+    ip netns exec "$(ns_name "${i}")" timeout "${QSDP_NET_TIMEOUT:-3600}" env RANK="${i}" \
+      WORLD_SIZE="${ranks}" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR="${subnet}.1" \
+      MASTER_PORT="${QSDP_NET_PORT:-29500}" GLOO_SOCKET_IFNAME=eth0 "$@" </dev/null &
+    rank_pids+=($!)
+    rank_of[$!]="${i}"
+  done
+  status=0
+  running=("${rank_pids[@]}")
+  while (( ${#running[@]} > 0 )); do
+    set +e
+    wait -n -p done_pid "${running[@]}"
+    rank_status=$?
+    set -e
+    still=()
+    for pid in "${running[@]}"; do [[ "${pid}" == "${done_pid}" ]] || still+=("${pid}"); done
+    running=("${still[@]}")
+    if (( rank_status != 0 && status == 0 )); then
+      status="${rank_status}"
+      echo "bench/net/run.sh: rank ${rank_of[${done_pid}]} exited with ${rank_status}; stopping the others in 10 s" >&2
+      ( sleep 10; for pid in "${rank_pids[@]}"; do kill "${pid}" 2>/dev/null; done ) &
+      stopper_pid=$!
+    fi
+  done
+  rank_pids=()
+  exit "${status}"
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # More ranks than cores: Open MPI's busy-polling ranks would starve each other's senders, so let them
 # yield while they wait.
