@@ -10,7 +10,10 @@
 #   scripts/python_tests.sh test      the install of this checkout and pytest (deps done already)
 #
 # The environment is build/python-venv, or $QSDP_PYTHON_VENV; torch's wheel with its CUDA
-# libraries is about 5 GB there (it runs on a CPU).
+# libraries is about 5 GB there (it runs on a CPU). $QSDP_PYTHON_CUDA (AUTO, ON, OFF) decides whether
+# the install builds the CUDA extension qsdp._ext_cuda; CI sets OFF by default: on its 2 cores nvcc
+# takes about 13 minutes over that extension's kernels, and without a GPU its tests only skip (the
+# GPU check, bench/gpu/check.sh, builds and runs it where a GPU is).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,14 +43,19 @@ if [[ "${what}" != test ]]; then
 fi
 
 if [[ "${what}" != deps ]]; then
-  # The CUDA toolkit's headers give the extension bfloat16 and float16 (nvcc is not used yet).
+  # The CUDA toolkit's headers give the extension bfloat16 and float16, its nvcc the CUDA one.
   if [[ -d /usr/local/cuda/bin ]]; then
     export PATH="/usr/local/cuda/bin:${PATH}"
   fi
-  werror=()
-  [[ "${CI:-}" == "true" ]] && werror=(--config-settings=cmake.define.QSDP_WERROR=ON)
+  settings=()
+  cuda="${QSDP_PYTHON_CUDA:-}"
+  if [[ "${CI:-}" == "true" ]]; then
+    settings=(--config-settings=cmake.define.QSDP_WERROR=ON)
+    cuda="${cuda:-OFF}"
+  fi
+  [[ -n "${cuda}" ]] && settings+=("--config-settings=cmake.define.QSDP_PYTHON_CUDA=${cuda}")
   stage "python install" "${venv}/bin/pip" install --quiet --disable-pip-version-check \
-    "${werror[@]}" .
+    "${settings[@]}" .
   # Run from the test folder, so that `import qsdp` is the installed package, not python/qsdp.
   (cd tests/python && stage "python test" "${venv}/bin/python" -m pytest -q -p no:cacheprovider .)
 fi

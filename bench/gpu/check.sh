@@ -6,6 +6,9 @@
 #   3. compute-sanitizer memcheck and racecheck on a short GPU test, where the tool works;
 #   4. the device codec benchmarks (1 GiB of bf16, bucket 1024) next to a device-to-device copy;
 #   5. the NCCL drop-in example (all three collectives through NCCL on every GPU);
+#   6. qsdp.torch's CUDA extension (pip install with the machine's torch, nanobind and
+#      scikit-build-core, no build isolation, sm_90) and tests/python/test_torch_cuda.py, where pytest
+#      is there;
 # and prints a short table last. Logs and raw output go to $OUT (or build/gpu-check/out).
 #
 #   bash bench/gpu/check.sh [--skip-bench]
@@ -93,6 +96,32 @@ fi
 t=${SECONDS}
 "${build}/examples/qsdp_nccl_drop_in" --count 16777216 --repeats 5 >"${out}/nccl-drop-in.txt" 2>&1
 note "NCCL drop-in: exit $? ($((SECONDS - t)) s)"
+
+# --- 6. qsdp.torch on CUDA tensors ------------------------------------------------------------
+t=${SECONDS}
+py="${build}/python"
+if python3 -c 'import torch, nanobind, scikit_build_core' 2>/dev/null; then
+  if python3 -m pip install --no-build-isolation --no-deps --quiet --target "${py}" \
+    --config-settings=cmake.define.QSDP_PYTHON_CUDA=ON \
+    --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . >"${out}/python-install.log" 2>&1; then
+    note "qsdp.torch install (CUDA extension, sm_90): ok in $((SECONDS - t)) s"
+    if python3 -c 'import pytest' 2>/dev/null; then
+      t=${SECONDS}
+      (cd tests/python && PYTHONPATH="${PWD}/../../${py}" timeout 600 python3 -m pytest -q -p no:cacheprovider \
+        test_torch_cuda.py test_torch_codec.py) >"${out}/pytest-cuda.log" 2>&1
+      rc=$?
+      tail -5 "${out}/pytest-cuda.log"
+      note "qsdp.torch CUDA tests: $(tail -1 "${out}/pytest-cuda.log") ($((SECONDS - t)) s, exit ${rc})"
+    else
+      note "qsdp.torch CUDA tests: no pytest on this machine"
+    fi
+  else
+    tail -30 "${out}/python-install.log"
+    note "qsdp.torch install (CUDA extension): FAILED (see python-install.log)"
+  fi
+else
+  note "qsdp.torch: this machine lacks torch, nanobind or scikit-build-core"
+fi
 
 # --- table --------------------------------------------------------------------------------------
 echo

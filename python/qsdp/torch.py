@@ -19,10 +19,15 @@ whose byte exchanges are torch.distributed's all_gather_into_tensor and all_to_a
 process group, so every rank agrees on the call first (count, policy, bit width, bucket size,
 element type, op): a rank that calls differently makes every rank raise qsdp.Error with the C++
 message. float32, bfloat16 and float16 tensors on the CPU use the host codec (AVX2 / AVX-512 where
-the CPU has them).
+the CPU has them); CUDA tensors use the device codec and collectives (qsdp._ext_cuda, built where
+nvcc was found at install time), stream-ordered on torch's current stream of the tensors' device,
+with no host synchronisation except the first call of each new signature (count, policy, dtype, op)
+on a communicator, whose descriptors all ranks compare on the host. On CUDA a bad packet turns its
+values into NaN and is raised by the next qsdp call on that device, or by qt.synchronize().
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 import weakref
 
@@ -36,7 +41,8 @@ from ._ext import Error
 __all__ = [
     "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
-    "reduce_scatter_tensor", "all_reduce", "DeltaGather", "fsdp",
+    "reduce_scatter_tensor", "all_reduce", "DeltaGather", "fsdp", "synchronize",
+    "cuda_extension",
 ]
 
 _ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -54,6 +60,13 @@ class Policy:
         self.seed = seed
         self.rotated = rotated
         self._impl = _ext.make_policy(family, bits or 0, bucket_size or 0, seed, rotated)
+        self._device_impl = None  # made by the first call on CUDA tensors
+
+    def _device(self, cuda):
+        if self._device_impl is None:
+            self._device_impl = cuda.make_policy(self.family, self.bits or 0,
+                                                 self.bucket_size or 0, self.seed, self.rotated)
+        return self._device_impl
 
     @property
     def name(self) -> str:
@@ -156,23 +169,63 @@ def _element_code(dtype, name: str, where: str) -> int:
 
 
 def _values(t, name: str, where: str) -> int:
-    """Checks a tensor of values: a contiguous CPU tensor of a supported dtype; its element code."""
+    """Checks a tensor of values: a contiguous CPU or CUDA tensor of a supported dtype; its element
+    code."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{where}: {name} is {type(t).__name__}; expected a torch.Tensor")
     code = _element_code(t.dtype, name, where)
-    _host(t, name, where)
+    _placed(t, name, where)
     return code
 
 
-def _host(t, name: str, where: str) -> None:
-    if t.device.type == "cuda":
-        raise Error(f"{where}: {name} is on {t.device}; this build of qsdp.torch has the host "
-                    "codec only (CPU tensors): the CUDA path is not built yet")
-    if t.device.type != "cpu":
-        raise ValueError(f"{where}: {name} is on {t.device}; expected a CPU tensor")
+def _placed(t, name: str, where: str) -> None:
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{where}: {name} is on {t.device}; expected a CPU or CUDA tensor")
     if not t.is_contiguous():
         raise ValueError(f"{where}: {name} is not contiguous (shape {tuple(t.shape)}, strides "
                          f"{t.stride()}); pass {name}.contiguous()")
+
+
+def _same_device(a, a_name: str, b, b_name: str, where: str) -> None:
+    if a.device != b.device:
+        raise ValueError(f"{where}: {a_name} is on {a.device}, {b_name} on {b.device}; expected "
+                         "the same device")
+
+
+_cuda_module = None
+
+
+def cuda_extension() -> str:
+    """"built" when this installation has qsdp's CUDA extension (CUDA tensors work), else why not."""
+    return _ext.cuda_extension
+
+
+def _cuda(t, name: str, where: str):
+    """qsdp._ext_cuda, for tensor `t` on a CUDA device; qsdp.Error saying why where it is missing."""
+    global _cuda_module
+    if _cuda_module is None:
+        if _ext.cuda_extension != "built":
+            raise Error(f"{where}: {name} is on {t.device}, and this installation of qsdp has no "
+                        f"CUDA extension ({_ext.cuda_extension}); reinstall it where nvcc is "
+                        "found (pip install . with /usr/local/cuda/bin on PATH, or CUDACXX set), "
+                        "or pass CPU tensors")
+        try:
+            from . import _ext_cuda
+        except ImportError as e:
+            raise Error(f"{where}: {name} is on {t.device}, and qsdp's CUDA extension was built "
+                        f"but does not load: {e}") from e
+        _cuda_module = _ext_cuda
+    return _cuda_module
+
+
+def _on(t):
+    """The device context of t (CUDA: torch's current device set to t's for the call)."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def _stream(t) -> int:
+    """torch's current stream on t's device, as the integer the extension takes."""
+    return torch.cuda.current_stream(t.device).cuda_stream
 
 
 def compressed_size(policy: Policy, count: int, dtype: torch.dtype = torch.float32) -> int:
@@ -190,13 +243,21 @@ def encode(policy: Policy, x: torch.Tensor) -> torch.Tensor:
     code = _values(x, "x", where)
     packet = torch.empty(q._impl.compressed_size(code, x.numel()), dtype=torch.uint8,
                          device=x.device)
-    q._impl.encode(code, x.data_ptr(), x.numel(), packet.data_ptr())
+    if x.is_cuda:
+        device = q._device(_cuda(x, "x", where))
+        with torch.cuda.device(x.device):
+            device.encode(code, x.data_ptr(), x.numel(), packet.data_ptr(), q._impl.take_call(),
+                          _stream(x))
+    else:
+        q._impl.encode(code, x.data_ptr(), x.numel(), packet.data_ptr())
     return packet
 
 
 def decode(policy: Policy, packet: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Fills `out` with the values of `packet` (made by encode with this policy for out.numel()
-    values of out.dtype); a packet of another policy, count or element type raises qsdp.Error."""
+    values of out.dtype); a packet of another policy, count or element type raises qsdp.Error (on
+    CUDA: its values come out NaN and the error is raised by the next qsdp call on that device, or
+    by qt.synchronize())."""
     where = "qsdp.torch.decode"
     q = _policy(policy, where)
     code = _values(out, "out", where)
@@ -205,31 +266,44 @@ def decode(policy: Policy, packet: torch.Tensor, out: torch.Tensor) -> torch.Ten
     if packet.dtype != torch.uint8 or packet.dim() != 1:
         raise TypeError(f"{where}: packet has dtype {packet.dtype} and {packet.dim()} "
                         "dimension(s); expected a 1-D torch.uint8 tensor (qt.encode's)")
-    _host(packet, "packet", where)
+    _placed(packet, "packet", where)
+    _same_device(packet, "packet", out, "out", where)
     expected = q._impl.compressed_size(code, out.numel())
     if packet.numel() != expected:
         raise ValueError(f"{where}: packet holds {packet.numel()} bytes; {q.name} packs "
                          f"{out.numel()} values of {out.dtype} into {expected}")
-    q._impl.decode(code, packet.data_ptr(), out.numel(), out.data_ptr())
+    if out.is_cuda:
+        device = q._device(_cuda(out, "out", where))
+        with torch.cuda.device(out.device):
+            device.decode(code, packet.data_ptr(), out.numel(), out.data_ptr(), _stream(out))
+    else:
+        q._impl.decode(code, packet.data_ptr(), out.numel(), out.data_ptr())
     return out
 
 
 # ---- collectives ------------------------------------------------------------------------------
 
-# One qsdp communicator per process group (it holds the call counter and scratch the collectives
-# use), dropped with the group. Neither the table nor the communicator's callbacks keep the group
+# The qsdp communicators of each process group, by device (None: the host one; a CUDA device
+# index: that device's), each holding the call counter and scratch its collectives use, dropped
+# with the group. Neither the table nor the communicator's callbacks keep the group
 # alive: a ProcessGroup that outlived destroy_process_group would be torn down at interpreter exit,
 # after its backend, which aborts the process.
 _communicators: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _communicator(group, where: str):
+def _communicator(group, where: str, t=None):
+    """The qsdp communicator of `group` for tensors like `t`: the host one, or for a CUDA tensor
+    the device one of its device (each with its own call counter and scratch)."""
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(f"{where}: torch.distributed is not initialized "
                            "(call torch.distributed.init_process_group first)")
     if group is None:
         group = dist.group.WORLD
-    comm = _communicators.get(group)
+    key = None if t is None or not t.is_cuda else t.device.index
+    comms = _communicators.get(group)
+    if comms is None:
+        comms = _communicators[group] = {}
+    comm = comms.get(key)
     if comm is None:
         ref = weakref.ref(group)
 
@@ -245,10 +319,39 @@ def _communicator(group, where: str):
         def all_to_all(send, recv):
             dist.all_to_all_single(recv, send, group=live())
 
-        comm = _ext.GroupCommunicator(dist.get_rank(group), dist.get_world_size(group),
-                                      all_gather, all_to_all)
-        _communicators[group] = comm
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        if key is None:
+            comm = _ext.GroupCommunicator(rank, size, all_gather, all_to_all)
+        else:
+            comm = _cuda(t, "the tensors", where).DeviceGroupCommunicator(
+                rank, size, key, all_gather, all_to_all)
+        comms[key] = comm
     return comm
+
+
+def _collective(q: Policy, comm, t, where: str):
+    """The policy object that runs a collective on tensors like t, and the stream argument."""
+    if not t.is_cuda:
+        return q._impl, ()
+    return q._device(_cuda(t, "the tensors", where)), (_stream(t),)
+
+
+def synchronize(device=None) -> None:
+    """Waits for torch's current stream on a CUDA device (default: the current one) and raises
+    qsdp.Error for a bad packet a qsdp decode or collective on that device found since the last
+    check (on CUDA such a packet's values come out NaN and the error is otherwise raised by the
+    next qsdp call there). Does nothing where qsdp's CUDA extension is not built."""
+    if _ext.cuda_extension != "built" or not torch.cuda.is_available():
+        return
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None \
+        else torch.device(device)
+    probe = torch.empty(0, device=device)
+    cuda = _cuda(probe, "device", "qsdp.torch.synchronize")
+    cuda.synchronize_and_check(_stream(probe))
+    for comms in list(_communicators.values()):
+        comm = comms.get(device.index)
+        if comm is not None:
+            comm.check_failures()
 
 
 def _op_code(op, where: str) -> int:
@@ -289,9 +392,12 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Po
     code = _values(input, "input", where)
     _values(output, "output", where)
     _same_dtype(input, "input", output, "output", where)
-    comm = _communicator(group, where)
+    _same_device(input, "input", output, "output", where)
+    comm = _communicator(group, where, input)
     _world_times(output, "output", input, "input", comm.size, where)
-    q._impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel())
+    impl, stream = _collective(q, comm, input, where)
+    with _on(input):
+        impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel(), *stream)
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
@@ -304,11 +410,14 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Pol
     code = _values(input, "input", where)
     _values(output, "output", where)
     _same_dtype(input, "input", output, "output", where)
+    _same_device(input, "input", output, "output", where)
     op_code = _op_code(op, where)
-    comm = _communicator(group, where)
+    comm = _communicator(group, where, input)
     _world_times(input, "input", output, "output", comm.size, where)
-    q._impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(), output.numel(),
-                           op_code)
+    impl, stream = _collective(q, comm, input, where)
+    with _on(input):
+        impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(), output.numel(),
+                            op_code, *stream)
 
 
 def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None) -> None:
@@ -318,8 +427,10 @@ def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None) -> No
     q = _policy(policy, where)
     code = _values(tensor, "tensor", where)
     op_code = _op_code(op, where)
-    comm = _communicator(group, where)
-    q._impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code)
+    comm = _communicator(group, where, tensor)
+    impl, stream = _collective(q, comm, tensor, where)
+    with _on(tensor):
+        impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code, *stream)
 
 
 class DeltaGather:
@@ -366,6 +477,10 @@ class DeltaGather:
         _values(input, "input", where)
         _values(output, "output", where)
         for name, t in (("input", input), ("output", output)):
+            if t.is_cuda:
+                raise Error(f"{where}: {name} is on {t.device}; qsdp.torch.DeltaGather takes CPU "
+                            "tensors (the C++ library's device delta_gather is not in qsdp.torch "
+                            "yet)")
             if t.dtype != self.dtype:
                 raise TypeError(f"{where}: {name} has dtype {t.dtype}; this DeltaGather was made "
                                 f"for {self.dtype}")

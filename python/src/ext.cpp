@@ -20,12 +20,7 @@ group_communicator::group_communicator(int rank, int size, nb::callable all_gath
       size_(size),
       all_gather_(std::move(all_gather)),
       all_to_all_(std::move(all_to_all)) {
-  constexpr const char* where = "qsdp.torch: process group";
-  if (size < 1)
-    throw qsdp::error(std::string(where) + " size is " + std::to_string(size) + "; expected >= 1");
-  if (rank < 0 || rank >= size)
-    throw qsdp::error(std::string(where) + " rank is " + std::to_string(rank) + "; expected 0.." +
-                      std::to_string(size - 1));
+  check_group_shape(rank, size);
 }
 
 namespace {
@@ -90,34 +85,22 @@ std::unique_ptr<policy> make_identity() {
 
 std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::size_t bucket_size,
                                     std::uint64_t seed, bool rotated) {
-  if (family == "stochastic") return make_stochastic(bits, bucket_size, seed, rotated);
-  if (family == "uniform") return make_uniform(bits, bucket_size, seed, rotated);
-  if (family == "symmetric") return make_symmetric(bits, bucket_size, seed, rotated);
-  if (family == "random_shift") return make_random_shift(bits, bucket_size, seed, rotated);
-  if (family == "identity" && !rotated) return make_identity();
-  throw qsdp::error(
-      "qsdp.torch: policy family \"" + family + "\"" + (rotated ? " under hadamard" : "") +
-      "; expected stochastic, uniform, symmetric, random_shift" + (rotated ? "" : " or identity"));
+  static constexpr family_factories<policy> factories{make_stochastic, make_uniform, make_symmetric,
+                                                      make_random_shift, make_identity};
+  return make_named(factories, family, bits, bucket_size, seed, rotated);
 }
 
 }  // namespace qsdp::python
 
 namespace {
 
+using qsdp::python::address;
+using qsdp::python::bytes;
 using qsdp::python::delta_holder;
 using qsdp::python::element;
 using qsdp::python::group_communicator;
 using qsdp::python::policy;
-
-void* address(std::uintptr_t p) { return reinterpret_cast<void*>(p); }
-std::byte* bytes(std::uintptr_t p) { return reinterpret_cast<std::byte*>(p); }
-
-qsdp::reduce_op op_from(int op) {
-  if (op == static_cast<int>(qsdp::reduce_op::sum)) return qsdp::reduce_op::sum;
-  if (op == static_cast<int>(qsdp::reduce_op::avg)) return qsdp::reduce_op::avg;
-  throw qsdp::error("qsdp.torch: reduce op code " + std::to_string(op) +
-                    "; expected 1 (sum) or 2 (avg)");
-}
+using qsdp::python::reduce_op_from;
 
 }  // namespace
 
@@ -127,6 +110,8 @@ NB_MODULE(_ext, m) {
   nb::exception<qsdp::error>(m, "Error", PyExc_RuntimeError);
   m.attr("has_half_types") = bool(QSDP_HAS_CUDA_HALF);
   m.attr("host_codec_isa") = qsdp::host_codec_isa();
+  // Whether qsdp._ext_cuda was built, and if not why (python/CMakeLists.txt).
+  m.attr("cuda_extension") = QSDP_PYTHON_CUDA_EXTENSION;
 
   nb::class_<group_communicator>(m, "GroupCommunicator")
       .def(nb::init<int, int, nb::callable, nb::callable>(), nb::arg("rank"), nb::arg("size"),
@@ -139,6 +124,7 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("name", &policy::name)
       .def_prop_ro("bucket_size", &policy::bucket_size)
       .def_prop_ro("next_call", &policy::next_call)
+      .def("take_call", &policy::take_call)
       .def("compressed_size",
            [](const policy& p, int e, std::size_t count) {
              return p.compressed_size(static_cast<element>(e), count);
@@ -160,12 +146,12 @@ NB_MODULE(_ext, m) {
            [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
               std::size_t count, int op) {
              p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
-                              op_from(op));
+                              reduce_op_from(op));
            })
       .def("all_reduce",
            [](policy& p, group_communicator& comm, int e, std::uintptr_t data, std::size_t count,
               int op) {
-             p.all_reduce(comm, static_cast<element>(e), address(data), count, op_from(op));
+             p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op));
            })
       .def("delta_all_gather", [](policy& p, delta_holder& gather, group_communicator& comm,
                                   std::uintptr_t send, std::uintptr_t recv) {

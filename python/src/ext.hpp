@@ -19,34 +19,11 @@
 #include <qsdp/collectives.hpp>
 #include <qsdp/communicator.hpp>
 
+#include "shared.hpp"
+
 namespace qsdp::python {
 
 namespace nb = nanobind;
-
-/// The element types qsdp.torch takes (torch.float32, torch.bfloat16, torch.float16).
-enum class element : int { f32 = 0, bf16 = 1, f16 = 2 };
-
-/// Calls fn.template operator()<T>() with T the C++ type of `e`; bf16 and fp16 need the CUDA
-/// toolkit's headers at build time (QSDP_HAS_CUDA_HALF), otherwise they are refused by name.
-template <class Fn>
-decltype(auto) with_element(element e, Fn&& fn) {
-  switch (e) {
-    case element::f32: return fn.template operator()<float>();
-#if QSDP_HAS_CUDA_HALF
-    case element::bf16: return fn.template operator()<__nv_bfloat16>();
-    case element::f16: return fn.template operator()<__half>();
-#else
-    case element::bf16:
-    case element::f16:
-      throw qsdp::error(std::string("qsdp.torch: this build of qsdp has no ") +
-                        (e == element::bf16 ? "bfloat16" : "float16") +
-                        " support (built without the CUDA toolkit's cuda_bf16.h / cuda_fp16.h); "
-                        "reinstall where /usr/local/cuda/include or CUDAToolkit_ROOT has them");
-#endif
-  }
-  throw qsdp::error("qsdp.torch: element type code " + std::to_string(static_cast<int>(e)) +
-                    "; expected 0 (float32), 1 (bfloat16) or 2 (float16)");
-}
 
 /// A qsdp::communicator over a torch ProcessGroup: all_gather_bytes and all_to_all_bytes call the
 /// Python functions given (torch.distributed.all_gather_into_tensor / all_to_all_single on uint8
@@ -118,6 +95,9 @@ class policy {
   virtual std::size_t bucket_size() const = 0;
   /// The index the policy's next call draws its random numbers with (0 for deterministic ones).
   virtual std::uint64_t next_call() const = 0;
+  /// The call index of an encode made elsewhere (the CUDA extension's) with this policy's counter:
+  /// next_call(), which then moves on (0, unmoved, for the policies that draw nothing).
+  virtual std::uint64_t take_call() = 0;
   virtual std::size_t compressed_size(element e, std::size_t count) const = 0;
   virtual void encode(element e, const void* src, std::size_t count, std::byte* packet) = 0;
   virtual void decode(element e, const std::byte* packet, std::size_t count, void* dst) = 0;
@@ -132,9 +112,7 @@ class policy {
                                 void* recv) = 0;
 };
 
-/// A built-in policy: family "stochastic", "uniform", "symmetric" or "random_shift" (bits 1..8,
-/// random_shift 2..8), optionally rotated (qsdp::hadamard<...>); "identity" takes no bits. seed is
-/// ignored by the policies that draw nothing. Throws qsdp::error naming a bad argument.
+/// families.hpp's make_named over this extension's factories.
 std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::size_t bucket_size,
                                     std::uint64_t seed, bool rotated);
 

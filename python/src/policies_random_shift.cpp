@@ -8,7 +8,8 @@ namespace qsdp::python {
 
 std::unique_ptr<policy> make_random_shift(int bits, std::size_t bucket_size, std::uint64_t seed,
                                           bool rotated) {
-  return make_family<qsdp::random_shift, 2>("random_shift", bits, bucket_size, seed, rotated);
+  return make_family<policy_impl, qsdp::random_shift, 2>("random_shift", bits, bucket_size, seed,
+                                                         rotated);
 }
 
 }  // namespace qsdp::python

@@ -8,7 +8,8 @@ namespace qsdp::python {
 
 std::unique_ptr<policy> make_stochastic(int bits, std::size_t bucket_size, std::uint64_t seed,
                                         bool rotated) {
-  return make_family<qsdp::stochastic, 1>("stochastic", bits, bucket_size, seed, rotated);
+  return make_family<policy_impl, qsdp::stochastic, 1>("stochastic", bits, bucket_size, seed,
+                                                       rotated);
 }
 
 }  // namespace qsdp::python

@@ -8,7 +8,8 @@ namespace qsdp::python {
 
 std::unique_ptr<policy> make_symmetric(int bits, std::size_t bucket_size, std::uint64_t seed,
                                        bool rotated) {
-  return make_family<qsdp::symmetric, 1>("symmetric", bits, bucket_size, seed, rotated);
+  return make_family<policy_impl, qsdp::symmetric, 1>("symmetric", bits, bucket_size, seed,
+                                                      rotated);
 }
 
 }  // namespace qsdp::python

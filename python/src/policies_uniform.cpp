@@ -8,7 +8,7 @@ namespace qsdp::python {
 
 std::unique_ptr<policy> make_uniform(int bits, std::size_t bucket_size, std::uint64_t seed,
                                      bool rotated) {
-  return make_family<qsdp::uniform, 1>("uniform", bits, bucket_size, seed, rotated);
+  return make_family<policy_impl, qsdp::uniform, 1>("uniform", bits, bucket_size, seed, rotated);
 }
 
 }  // namespace qsdp::python

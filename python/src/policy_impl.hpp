@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// qsdp::python::policy for one concrete qsdp policy type, and the per-family factory that picks the
-// bit width at run time (python/src/policies_<family>.cpp instantiate it, one family per file).
+// qsdp::python::policy for one concrete qsdp policy type (python/src/policies_<family>.cpp
+// instantiate it through families.hpp's make_family, one family per file).
 #pragma once
 
 #include <memory>
@@ -9,12 +9,15 @@
 #include <utility>
 
 #include "ext.hpp"
+#include "families.hpp"
 
 namespace qsdp::python {
 
 template <class Q>
 class policy_impl final : public policy {
  public:
+  using interface = policy;
+
   explicit policy_impl(Q q) : q_(std::move(q)) {
     // The bucket-size rules (hadamard's powers of two included) are checked now, not at first use.
     (void)qsdp::compressed_size<float>(q_, 0);
@@ -33,6 +36,7 @@ class policy_impl final : public policy {
     else
       return 0;
   }
+  std::uint64_t take_call() override { return detail::next_key(q_).call; }
   std::size_t compressed_size(element e, std::size_t count) const override {
     return with_element(e, [&]<class T>() { return qsdp::compressed_size<T>(q_, count); });
   }
@@ -70,35 +74,5 @@ class policy_impl final : public policy {
  private:
   Q q_;
 };
-
-/// P<bits> (or hadamard<P<bits>> when rotated) for bits in [MinBits, 8]; `family` names P in the
-/// message for another width.
-template <template <int> class P, int MinBits>
-std::unique_ptr<policy> make_family(const char* family, int bits, std::size_t bucket_size,
-                                    std::uint64_t seed, bool rotated) {
-  std::unique_ptr<policy> made;
-  [&]<int... B>(std::integer_sequence<int, B...>) {
-    (
-        [&] {
-          if (bits != B + MinBits) return;
-          P<B + MinBits> inner{};
-          inner.bucket_size = bucket_size;
-          if constexpr (requires { inner.seed; }) inner.seed = seed;
-          if (!rotated) {
-            made = std::make_unique<policy_impl<P<B + MinBits>>>(inner);
-          } else {
-            qsdp::hadamard<P<B + MinBits>> q{inner};
-            q.seed = seed;
-            made = std::make_unique<policy_impl<qsdp::hadamard<P<B + MinBits>>>>(q);
-          }
-        }(),
-        ...);
-  }
-  (std::make_integer_sequence<int, 9 - MinBits>{});
-  if (!made)
-    throw qsdp::error(std::string("qsdp.torch.") + family + ": bits is " + std::to_string(bits) +
-                      "; expected " + std::to_string(MinBits) + " to 8");
-  return made;
-}
 
 }  // namespace qsdp::python

@@ -198,3 +198,25 @@ def test_bad_arguments_name_what_is_wrong():
     with pytest.raises(TypeError, match="expected a 1-D torch.uint8 tensor"):
         qt.decode(q, packet.float(), torch.empty(100))
     assert issubclass(qsdp.Error, RuntimeError)
+
+
+def test_tensors_elsewhere_than_cpu_and_cuda_are_named():
+    q = qt.stochastic(bits=8)
+    with pytest.raises(ValueError, match="x is on meta; expected a CPU or CUDA tensor"):
+        qt.encode(q, torch.empty(10, device="meta"))
+    with pytest.raises(ValueError, match="packet is on meta; expected a CPU or CUDA tensor"):
+        qt.decode(q, torch.empty(qt.compressed_size(q, 10), dtype=torch.uint8, device="meta"),
+                  torch.empty(10))
+
+
+def test_a_missing_cuda_extension_says_why(monkeypatch):
+    # What a CUDA tensor meets where nvcc was not found at install time (simulated: this test needs
+    # no GPU, so the tensor that stands for a CUDA one is a meta tensor).
+    monkeypatch.setattr(qt._ext, "cuda_extension",
+                        "not built: no CUDA compiler (nvcc) was found when qsdp was installed")
+    monkeypatch.setattr(qt, "_cuda_module", None)
+    with pytest.raises(qsdp.Error, match=r"x is on meta, and this installation of qsdp has no CUDA "
+                                         r"extension \(not built: no CUDA compiler.*reinstall"):
+        qt._cuda(torch.empty(1, device="meta"), "x", "qsdp.torch.encode")
+    assert qt.cuda_extension().startswith("not built")
+    qt.synchronize()  # nothing to wait for: no error
