@@ -16,7 +16,9 @@ gradients (qt.fsdp.compress). Run it with torchrun:
 The model (--layers 4 --width 128 --heads 4 --context 128), the initial weights and the data order
 (--seed) are the same for every run. The text is Debian's fortunes package (examples/fsdp_train/
 setup.sh installs it), 10 % held out. Rank 0 prints progress and, at the end, one line
-"final: run R steps S train T val V seconds X ag_ratio A rs_ratio B".
+"final: run R steps S train T val V seconds X ag_ratio A rs_ratio B step_s M collective_s C"
+(M: the median seconds of a training step, slowest rank, evaluation not counted; C: seconds per step
+inside qsdp's collectives, codec and wire, mean over ranks; nan for fp32).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import argparse
 import gc
 import math
 import pathlib
+import statistics
 import sys
 import time
 
@@ -118,6 +121,12 @@ def mean_over_ranks(value: float) -> float:
     return float(t) / dist.get_world_size()
 
 
+def max_over_ranks(value: float) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
 @torch.no_grad()
 def validation_loss(model, windows_x, windows_y, rank, world):
     """The mean loss over the fixed validation windows, each rank evaluating its share."""
@@ -196,7 +205,9 @@ def main():
     start = time.perf_counter()
     train_loss = math.nan
     recent = []
+    step_seconds = []  # forward, backward and optimizer of each step, evaluation not counted
     for step in range(1, args.steps + 1):
+        step_start = time.perf_counter()
         x, y = batch(train_data, args.batch, args.context, g)
         logits = model(x)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
@@ -205,6 +216,7 @@ def main():
         opt.step()
         schedule.step()
         recent.append(loss.item())
+        step_seconds.append(time.perf_counter() - step_start)
         if step % args.eval_every == 0 or step == args.steps:
             train_loss = mean_over_ranks(sum(recent) / len(recent))
             recent = []
@@ -217,12 +229,19 @@ def main():
                 log.flush()
     seconds = time.perf_counter() - start
     ratios = {}
+    collective_seconds = math.nan  # inside qsdp's collectives, per step (compressed runs)
     if handle is not None:
-        for name, s in handle.stats().items():
+        stats = handle.stats()
+        for name, s in stats.items():
             ratios[name] = s["bytes"] / s["uncompressed_bytes"] if s["uncompressed_bytes"] else 1
+        collective_seconds = mean_over_ranks(sum(s["seconds"] for s in stats.values())) / args.steps
+    # The median step of the slowest rank: the first steps (allocation, warm-up) and the odd slow
+    # one do not move it.
+    step_median = max_over_ranks(statistics.median(step_seconds))
     say(f"final: run {args.compress} steps {args.steps} train {train_loss:.4f} val {val:.4f} "
         f"seconds {seconds:.1f} ag_ratio {ratios.get('all_gather', 1.0):.3f} "
-        f"rs_ratio {ratios.get('reduce_scatter', 1.0):.3f}", flush=True)
+        f"rs_ratio {ratios.get('reduce_scatter', 1.0):.3f} step_s {step_median:.4f} "
+        f"collective_s {collective_seconds:.4f}", flush=True)
     if log:
         log.close()
     # Drop everything that holds the process group before destroying it: a ProcessGroup that

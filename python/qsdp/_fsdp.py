@@ -6,8 +6,8 @@ weights and reduce-scatter of gradients.
     handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, seed=1),
                               grads=qt.stochastic(bits=8, seed=2))
     ...train...
-    handle.stats()  # {"all_gather": {"calls", "bytes", "uncompressed_bytes", "fallback_calls"},
-                    #  "reduce_scatter": {...}}
+    handle.stats()  # {"all_gather": {"calls", "bytes", "uncompressed_bytes", "fallback_calls",
+                    #                 "seconds"}, "reduce_scatter": {...}}
 
 compress installs a custom all-gather and reduce-scatter (FSDPModule.set_custom_all_gather /
 set_custom_reduce_scatter) on every FSDPModule in `model`; either policy may be None, which leaves
@@ -19,6 +19,8 @@ and AVG (FSDP's choice for float32 and bfloat16 gradients, and its pre/post-divi
 a PREMUL_SUM (set_gradient_divide_factor with a factor other than the world size) raises.
 """
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -38,11 +40,12 @@ class _Counter:
         self.bytes = 0
         self.uncompressed_bytes = 0
         self.fallback_calls = 0
+        self.seconds = 0.0
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "bytes": self.bytes,
                 "uncompressed_bytes": self.uncompressed_bytes,
-                "fallback_calls": self.fallback_calls}
+                "fallback_calls": self.fallback_calls, "seconds": self.seconds}
 
 
 def _allocate(size, *, dtype, device):
@@ -72,6 +75,12 @@ class _AllGather:
         return _allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        start = time.perf_counter()
+        self._gather(output_tensor, input_tensor, group)
+        self.counter.seconds += time.perf_counter() - start
+        return None  # done: FSDP waits on a Work only when one is returned
+
+    def _gather(self, output_tensor, input_tensor, group):
         from . import torch as qt
         c = self.counter
         c.calls += 1
@@ -94,7 +103,6 @@ class _AllGather:
             dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
             c.bytes += _bytes(input_tensor)
             c.fallback_calls += 1
-        return None  # done: FSDP waits on a Work only when one is returned
 
 
 class _ReduceScatter:
@@ -107,6 +115,12 @@ class _ReduceScatter:
         return _allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        start = time.perf_counter()
+        self._reduce(output_tensor, input_tensor, group, op)
+        self.counter.seconds += time.perf_counter() - start
+        return None
+
+    def _reduce(self, output_tensor, input_tensor, group, op):
         from . import torch as qt
         name = _op(op, "qsdp.torch.fsdp reduce-scatter")
         c = self.counter
@@ -121,7 +135,6 @@ class _ReduceScatter:
             dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
             c.bytes += _bytes(input_tensor)
             c.fallback_calls += 1
-        return None
 
 
 class Handle:
@@ -134,7 +147,8 @@ class Handle:
     def stats(self) -> dict:
         """Per collective: calls, bytes this rank encoded for the wire (its packets),
         uncompressed_bytes (what FSDP's own collective would have sent), fallback_calls (buffers
-        sent uncompressed because qsdp cannot quantize their dtype)."""
+        sent uncompressed because qsdp cannot quantize their dtype), seconds (wall time inside the
+        collective on this rank: encode, wire, decode and waiting for the slowest peer)."""
         return {"all_gather": self._all_gather.as_dict(),
                 "reduce_scatter": self._reduce_scatter.as_dict()}
 

@@ -60,6 +60,7 @@ def _compressed_training(rank, world):
         assert s["fallback_calls"] == 0, (name, s)
         ratio = s["bytes"] / s["uncompressed_bytes"]
         assert 0.24 < ratio < 0.3, (name, s, ratio)  # 8 bits from float32: ~4x fewer bytes
+        assert 0 < s["seconds"] < 60, (name, s)  # the hooks' time is measured
     assert plain[-1] < 0.5 * plain[0], plain  # the task is learnable ...
     assert compressed[-1] < 0.5 * compressed[0], compressed  # ... and learned compressed
     assert abs(compressed[-1] - plain[-1]) < 0.1 * plain[-1], (plain[-1], compressed[-1])
