@@ -245,7 +245,7 @@ def encode(policy: Policy, x: torch.Tensor) -> torch.Tensor:
                          device=x.device)
     if x.is_cuda:
         device = q._device(_cuda(x, "x", where))
-        with torch.cuda.device(x.device):
+        with _on(x):
             device.encode(code, x.data_ptr(), x.numel(), packet.data_ptr(), q._impl.take_call(),
                           _stream(x))
     else:
@@ -274,7 +274,7 @@ def decode(policy: Policy, packet: torch.Tensor, out: torch.Tensor) -> torch.Ten
                          f"{out.numel()} values of {out.dtype} into {expected}")
     if out.is_cuda:
         device = q._device(_cuda(out, "out", where))
-        with torch.cuda.device(out.device):
+        with _on(out):
             device.decode(code, packet.data_ptr(), out.numel(), out.data_ptr(), _stream(out))
     else:
         q._impl.decode(code, packet.data_ptr(), out.numel(), out.data_ptr())
