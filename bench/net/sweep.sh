@@ -6,23 +6,30 @@
 # as a second baseline next to MPI_Reduce_scatter_block. One table (.txt) and one --json file per run.
 #
 #   sudo bench/net/sweep.sh OUT_DIR [--bench build/release/bench/qsdp-bench] [--rates "1gbit 10gbit"]
-#                           [--dtypes "float bf16"] [--bits "8 4 2"] [--iters 3] [--max 1G] [--identity 1]
+#                           [--dtypes "float bf16"] [--bits "8 4 2"] [--iters 3] [--min 4M] [--max 1G]
+#                           [--identity 1] [--ops "all_gather reduce_scatter"] [--warmup 1]
+#
+# --min / --max are whole-buffer sizes (qsdp-bench -b / -e, stepped by 4): with 4 ranks, --min 16K
+# --max 16M is 4 KiB to 4 MiB per rank, the small sizes where compression's fixed costs show.
 #
 # Takes about an hour on a 2-core VM (most of it plain MPI_Reduce_scatter_block at 1 Gbit/s). Progress
 # goes to stderr, one line per run with its duration. Exit status: the first failing run's.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "${here}/../.." && pwd)"
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,16p' "$0"; exit 0; }
 [[ $# -ge 1 && "$1" != -* ]] || { echo "usage: bench/net/sweep.sh OUT_DIR [options] (--help)" >&2; exit 2; }
-[[ "$1" == -h || "$1" == --help ]] && { sed -n '2,12p' "$0"; exit 0; }
 out="$1"; shift
 bench="${root}/build/release/bench/qsdp-bench"
 rates="1gbit 10gbit"
 dtypes="float bf16"
 bits_list="8 4 2"
 iters=3
+min=4M
 max=1G
 identity=1
+ops="all_gather reduce_scatter"
+warmup=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bench) bench="$2"; shift 2 ;;
@@ -30,15 +37,18 @@ while [[ $# -gt 0 ]]; do
     --dtypes) dtypes="$2"; shift 2 ;;
     --bits) bits_list="$2"; shift 2 ;;
     --iters) iters="$2"; shift 2 ;;
+    --min) min="$2"; shift 2 ;;
     --max) max="$2"; shift 2 ;;
+    --ops) ops="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
     --identity) identity="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "bench/net/sweep.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "${out}"
 # nccl-tests sizes are the whole buffer: with 4 ranks, 4M..1G is 1..256 MiB per rank.
-common=(-b 4M -e "${max}" -f 4 -n "${iters}" -w 1)
+common=(-b "${min}" -e "${max}" -f 4 -n "${iters}" -w "${warmup}")
 started=$(date +%s)
 one() {  # name, qsdp-bench arguments...
   local name="$1"; shift
@@ -51,8 +61,12 @@ one() {  # name, qsdp-bench arguments...
 for rate in ${rates}; do
   for dtype in ${dtypes}; do
     for bits in ${bits_list}; do
-      one "ag_${rate}_${dtype}_rs${bits}" --op all_gather --quantizer random_shift --bits "${bits}" --dtype "${dtype}"
-      one "rs_${rate}_${dtype}_st${bits}" --op reduce_scatter --quantizer stochastic --bits "${bits}" --dtype "${dtype}"
+      if [[ " ${ops} " == *" all_gather "* ]]; then
+        one "ag_${rate}_${dtype}_rs${bits}" --op all_gather --quantizer random_shift --bits "${bits}" --dtype "${dtype}"
+      fi
+      if [[ " ${ops} " == *" reduce_scatter "* ]]; then
+        one "rs_${rate}_${dtype}_st${bits}" --op reduce_scatter --quantizer stochastic --bits "${bits}" --dtype "${dtype}"
+      fi
     done
   done
   if [[ "${identity}" == 1 ]]; then
