@@ -23,7 +23,10 @@ device_group_communicator::device_group_communicator(int rank, int size, int dev
                       "; expected a CUDA device index >= 0");
 }
 
-void device_group_communicator::require_stream(cudaStream_t stream, const char* where) const {
+void device_group_communicator::exchange(const device_exchange& exchange, const std::byte* send,
+                                         std::size_t send_bytes, std::byte* recv,
+                                         std::size_t recv_bytes, cudaStream_t stream,
+                                         const char* where) {
   // torch orders its collectives on its current stream only: an exchange on any other stream
   // would race with the kernels around it.
   if (stream != stream_)
@@ -32,40 +35,27 @@ void device_group_communicator::require_stream(cudaStream_t stream, const char* 
                       ", but torch orders this communicator's "
                       "collectives on its current stream " +
                       detail::cuda::address(stream_));
+  // The collectives gather in place; torch's collectives take no overlapping buffers, so a `send`
+  // inside `recv` goes out from a stream-ordered copy.
+  if (send_bytes > 0 && send + send_bytes > recv && send < recv + recv_bytes) {
+    std::byte* copy = in_place_.get(send_bytes, stream, where);
+    detail::cuda::check(cudaMemcpyAsync(copy, send, send_bytes, cudaMemcpyDeviceToDevice, stream),
+                        "cudaMemcpyAsync", where);
+    send = copy;
+  }
+  exchange(send, send_bytes, recv, recv_bytes);
 }
-
-namespace {
-
-/// `send` itself, or a stream-ordered copy of it when it lies inside `recv` (the collectives gather
-/// in place; torch's collectives take no overlapping buffers).
-const std::byte* outside(const std::byte* send, std::size_t n, const std::byte* recv,
-                         std::size_t recv_bytes, detail::cuda::device_workspace& copy,
-                         cudaStream_t stream, const char* where) {
-  if (n == 0 || send + n <= recv || send >= recv + recv_bytes) return send;
-  std::byte* c = copy.get(n, stream, where);
-  detail::cuda::check(cudaMemcpyAsync(c, send, n, cudaMemcpyDeviceToDevice, stream),
-                      "cudaMemcpyAsync", where);
-  return c;
-}
-
-}  // namespace
 
 void device_group_communicator::all_gather_bytes(const std::byte* send, std::byte* recv,
                                                  std::size_t n, cudaStream_t stream) {
-  constexpr const char* where = "qsdp.torch all_gather_bytes (device)";
-  require_stream(stream, where);
-  const std::size_t total = n * static_cast<std::size_t>(size_);
-  send = outside(send, n, recv, total, in_place_, stream, where);
-  all_gather_(send, n, recv, total);
+  exchange(all_gather_, send, n, recv, n * static_cast<std::size_t>(size_), stream,
+           "qsdp.torch all_gather_bytes (device)");
 }
 
 void device_group_communicator::all_to_all_bytes(const std::byte* send, std::byte* recv,
                                                  std::size_t n, cudaStream_t stream) {
-  constexpr const char* where = "qsdp.torch all_to_all_bytes (device)";
-  require_stream(stream, where);
   const std::size_t total = n * static_cast<std::size_t>(size_);
-  send = outside(send, total, recv, total, in_place_, stream, where);
-  all_to_all_(send, total, recv, total);
+  exchange(all_to_all_, send, total, recv, total, stream, "qsdp.torch all_to_all_bytes (device)");
 }
 
 std::unique_ptr<device_policy> make_device_identity() {

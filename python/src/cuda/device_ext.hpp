@@ -49,7 +49,6 @@ class device_group_communicator {
 
   /// The stream torch's collectives are ordered on (torch.cuda.current_stream()).
   void use_stream(cudaStream_t stream) noexcept { stream_ = stream; }
-  cudaStream_t stream() const noexcept { return stream_; }
 
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n, cudaStream_t stream);
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n, cudaStream_t stream);
@@ -59,7 +58,10 @@ class device_group_communicator {
   void check_failures(const char* where) { state_.failures.poll(where); }
 
  private:
-  void require_stream(cudaStream_t stream, const char* where) const;
+  /// Calls `exchange` with `send_bytes` at send (copied out first where it lies inside `recv`)
+  /// and `recv_bytes` at recv, after checking that the stream is torch's.
+  void exchange(const device_exchange& exchange, const std::byte* send, std::size_t send_bytes,
+                std::byte* recv, std::size_t recv_bytes, cudaStream_t stream, const char* where);
 
   int rank_, size_, device_;
   device_exchange all_gather_, all_to_all_;
