@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <qsdp/codec.hpp>
+#include <qsdp/collectives.hpp>
 #include <qsdp/quantizers.hpp>
 
 #include "codec_instances.hpp"  // the codec's loops, compiled once (tests/support)
@@ -55,6 +56,7 @@ struct options {
   int ranks = 4;
   bool ranks_given = false;
   std::string json;
+  std::size_t min_compressed = qsdp::default_min_compressed_bytes;  // the size gate, per call
   // --model: predict instead of measure (alpha-beta network, codec timed here or given).
   bool model = false;
   double link_gbps = 0;   // per-rank link rate, Gbit/s
@@ -125,6 +127,9 @@ inline const char* help_text =
     "4;\n"
     "                         nccl: every visible GPU)\n"
     "  --json FILE            also write every row as JSON\n"
+    "  --min-compressed SIZE  the size gate (call_options::min_compressed_bytes): calls that send\n"
+    "                         each peer fewer bytes go uncompressed; 0 compresses every size\n"
+    "                         (default: the library's, 32K)\n"
     "  --model                predict the times instead (alpha-beta): needs --link-gbps; --ranks "
     "is n\n"
     "  --link-gbps G          per-rank link rate in Gbit/s (model)\n"
@@ -193,6 +198,8 @@ inline options parse(int argc, char** argv) {
       o.ranks_given = true;
     } else if (flag == "--json")
       o.json = value;
+    else if (flag == "--min-compressed")
+      o.min_compressed = parse_size(value, "--min-compressed");
     else if (flag == "--link-gbps")
       o.link_gbps = std::strtod(value.c_str(), nullptr);
     else if (flag == "--latency-us")
@@ -453,10 +460,11 @@ inline void write_json(const std::string& path, const options& o, const std::str
       f,
       "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bits\": %d, \"bucket\": %zu, \"dtype\": \"%s\", "
       "\"data\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"iterations\": %d, \"warmup\": %d, "
-      "\"link\": %s, \"rows\": [",
+      "\"min_compressed_bytes\": %zu, \"link\": %s, \"rows\": [",
       op_name(o.op), policy.c_str(), o.quantizer == "identity" ? 0 : o.bits, o.bucket,
       o.dtype.c_str(), gradient_data(o) ? "gradients" : "weights",
-      o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup, link.c_str());
+      o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup, o.min_compressed,
+      link.c_str());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     // Nine significant digits: std::to_string's fixed six decimals would turn an error of 4.8e-08

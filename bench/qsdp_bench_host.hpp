@@ -38,23 +38,25 @@ inline constexpr unsigned all_widths = 0x1FEu;
 inline constexpr unsigned rotated_widths = 0x114u;
 
 /// The compressed call of policy q on a host communicator (delta_gather: through `delta`).
+/// The compressed call of policy q on a host communicator (delta_gather: through `delta`), under
+/// the size gate --min-compressed (the identity calls that stand in for a plain exchange too).
 template <class T, class Q, class Comm>
 void collective(Comm& comm, const Q& q, op_kind op, const T* send, T* recv, std::size_t count,
-                qsdp::delta_gather<T>* delta = nullptr) {
+                qsdp::call_options gate, qsdp::delta_gather<T>* delta = nullptr) {
   switch (op) {
-    case op_kind::all_gather: qsdp::all_gather(comm, q, send, recv, count); break;
+    case op_kind::all_gather: qsdp::all_gather(comm, q, send, recv, count, gate); break;
     case op_kind::delta_gather:
       if constexpr (qsdp::detail::is_identity<Q>)
-        qsdp::all_gather(comm, q, send, recv, count);  // the plain exchange
+        qsdp::all_gather(comm, q, send, recv, count, gate);  // the plain exchange
       else
         delta->all_gather(comm, q, send, recv);
       break;
     case op_kind::reduce_scatter:
-      qsdp::reduce_scatter(comm, q, send, recv, count, qsdp::reduce_op::sum);
+      qsdp::reduce_scatter(comm, q, send, recv, count, qsdp::reduce_op::sum, gate);
       break;
     case op_kind::all_reduce:
       std::memcpy(static_cast<void*>(recv), send, count * sizeof(T));
-      qsdp::all_reduce(comm, q, recv, count, qsdp::reduce_op::sum);
+      qsdp::all_reduce(comm, q, recv, count, qsdp::reduce_op::sum, gate);
       break;
   }
 }
@@ -268,6 +270,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
     report(o, policy, 0, o.ranks, model_sweep<T>(o, q));
     return;
   }
+  const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed};
   if (o.backend == "local") {
     qsdp::run_local(
         o.ranks,
@@ -279,10 +282,10 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
           bind_host(
               r, comm, buffers,
               [&](const T* s, T* d, std::size_t n) {
-                collective(comm, q, o.op, s, d, n, weights.gather.get());
+                collective(comm, q, o.op, s, d, n, gate, weights.gather.get());
               },
               [&](const T* s, T* d, std::size_t n) {
-                collective(comm, qsdp::identity{}, o.op, s, d, n);
+                collective(comm, qsdp::identity{}, o.op, s, d, n, gate);
               },
               delta ? &weights : nullptr);
           const std::vector<row> rows = run_sweep(r, o, q);
@@ -310,7 +313,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
         if constexpr (sizeof(T) != 4) {
           // MPI has no bf16/half sum: the plain exchange of 16-bit values is the qsdp pipeline
           // unquantized.
-          collective(comm, qsdp::identity{}, o.op, s, d, n);
+          collective(comm, qsdp::identity{}, o.op, s, d, n, gate);
           return;
         } else if (o.op == op_kind::reduce_scatter) {
           rc = MPI_Reduce_scatter_block(s, d, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -324,7 +327,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
   bind_host(
       r, comm, buffers,
       [&](const T* s, T* d, std::size_t n) {
-        collective(comm, q, o.op, s, d, n, weights.gather.get());
+        collective(comm, q, o.op, s, d, n, gate, weights.gather.get());
       },
       plain, o.op == op_kind::delta_gather ? &weights : nullptr);
   const std::vector<row> rows = run_sweep(r, o, q);

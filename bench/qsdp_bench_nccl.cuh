@@ -138,14 +138,15 @@ std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int d
     out_values = out_count;
     sync();
   };
+  const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed};
   r.compressed = [&](std::size_t count) {
     switch (o.op) {
       case op_kind::all_gather:
-        qsdp::all_gather(qcomm, q, input.data(), result.data(), count, stream);
+        qsdp::all_gather(qcomm, q, input.data(), result.data(), count, stream, gate);
         break;
       case op_kind::reduce_scatter:
         qsdp::reduce_scatter(qcomm, q, input.data(), result.data(), count, qsdp::reduce_op::sum,
-                             stream);
+                             stream, gate);
         break;
       case op_kind::all_reduce:
         // In place, as ncclAllReduce is not here: the copy is part of the timed call, as on the
@@ -153,7 +154,7 @@ std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int d
         cuda_ok(cudaMemcpyAsync(result.data(), input.data(), count * sizeof(T),
                                 cudaMemcpyDeviceToDevice, stream),
                 "cudaMemcpyAsync (all_reduce input)");
-        qsdp::all_reduce(qcomm, q, result.data(), count, qsdp::reduce_op::sum, stream);
+        qsdp::all_reduce(qcomm, q, result.data(), count, qsdp::reduce_op::sum, stream, gate);
         break;
       case op_kind::delta_gather: throw std::logic_error("qsdp-bench: no delta_gather on NCCL");
     }

@@ -19,6 +19,9 @@ using namespace qsdp_test;
 
 namespace {
 
+/// The size gate off: the tests of the compressed paths compress even their small calls.
+constexpr qsdp::call_options compress_all{.min_compressed_bytes = 0};
+
 std::vector<float> rank_data(int rank, std::size_t n, std::uint32_t salt) {
   return make_data(rank % 2 ? distribution::normal : distribution::gradient_with_outliers, n,
                    static_cast<std::uint32_t>(rank * 7919 + salt));
@@ -55,7 +58,7 @@ void check_all_gather(const Q& q, int world, std::size_t count) {
   qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
     const auto mine = rank_data(comm.rank(), count, 1);
     std::vector<float> full(count * static_cast<std::size_t>(world), -1.0f);
-    qsdp::all_gather(comm, q, mine.data(), full.data(), count);
+    qsdp::all_gather(comm, q, mine.data(), full.data(), count, compress_all);
     for (int r = 0; r < world; ++r) {
       const auto theirs = rank_data(r, count, 1);
       const auto bound = per_value_bounds(q, theirs);
@@ -87,7 +90,7 @@ void check_reduce_scatter(const Q& q, int world, std::size_t count, qsdp::reduce
   qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
     const auto mine = rank_data(comm.rank(), count * w, 2);
     std::vector<float> out(count, -1.0f);
-    qsdp::reduce_scatter(comm, q, mine.data(), out.data(), count, op);
+    qsdp::reduce_scatter(comm, q, mine.data(), out.data(), count, op, compress_all);
     // Reference: float64 sum over ranks of my chunk; bound: sum of the per-rank quantization bounds
     // plus fp32 accumulation rounding.
     std::vector<double> sum(count, 0.0), bound(count, 0.0), magnitude(count, 0.0);
@@ -167,7 +170,8 @@ TEST_CASE("stochastic reduce_scatter is unbiased over many calls") {
     std::vector<float> out(count);
     std::vector<double> local(count, 0.0);
     for (int c = 0; c < calls; ++c) {
-      qsdp::reduce_scatter(comm, q, x.data(), out.data(), count, qsdp::reduce_op::sum);
+      qsdp::reduce_scatter(comm, q, x.data(), out.data(), count, qsdp::reduce_op::sum,
+                           compress_all);
       for (std::size_t i = 0; i < count; ++i) local[i] += out[i];
     }
     if (comm.rank() == 0) mean = local;
@@ -194,7 +198,7 @@ TEST_CASE("all_reduce leaves every rank bit-identical and within bounds") {
     qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
       auto data = rank_data(comm.rank(), count, 3);
       qsdp::all_reduce(comm, qsdp::stochastic<8>{.bucket_size = 128, .seed = 1}, data.data(), count,
-                       qsdp::reduce_op::avg);
+                       qsdp::reduce_op::avg, compress_all);
       results[static_cast<std::size_t>(comm.rank())] = data;
     });
     std::vector<double> exact(count, 0.0);
@@ -220,7 +224,8 @@ TEST_CASE("identity all_reduce sums exactly what a plain fp32 exchange would, fo
   qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
     std::vector<float> data(count);
     for (std::size_t i = 0; i < count; ++i) data[i] = float(i) + 0.25f * comm.rank();  // exact sums
-    qsdp::all_reduce(comm, qsdp::identity{}, data.data(), count, qsdp::reduce_op::sum);
+    qsdp::all_reduce(comm, qsdp::identity{}, data.data(), count, qsdp::reduce_op::sum,
+                     compress_all);
     for (std::size_t i = 0; i < count; ++i) REQUIRE(data[i] == 4.0f * float(i) + 0.25f * 6);
   });
 }
@@ -321,22 +326,24 @@ TEST_CASE("run_local: a rank that returns early releases the others with an erro
                        doctest::Contains("world is 0; expected >= 1"), qsdp::error);
 }
 
-TEST_CASE("scratch is reused: no allocation per call in steady state") {
-  qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
-    std::vector<float> in(3 * 5000, 1.0f), out(3 * 5000);
-    qsdp::stochastic<4> q{.seed = 1};
-    qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum);
-    qsdp::all_gather(comm, q, in.data(), out.data(), 5000);
-    const std::size_t growths = comm.workspace().growths();
-    for (int i = 0; i < 20; ++i) {
-      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum);
-      qsdp::all_gather(comm, q, in.data(), out.data(), 5000);
-      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 100,
-                           qsdp::reduce_op::avg);  // smaller: reuse
-    }
-    CHECK(comm.workspace().growths() == growths);
-    CHECK(growths >= 1);
-  });
+TEST_CASE("scratch is reused: no allocation per call in steady state, compressed or gated") {
+  for (const qsdp::call_options options : {compress_all, qsdp::call_options{}}) {
+    qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
+      std::vector<float> in(3 * 5000, 1.0f), out(3 * 5000);
+      qsdp::stochastic<4> q{.seed = 1};
+      qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum, options);
+      qsdp::all_gather(comm, q, in.data(), out.data(), 5000, options);
+      const std::size_t growths = comm.workspace().growths();
+      for (int i = 0; i < 20; ++i) {
+        qsdp::reduce_scatter(comm, q, in.data(), out.data(), 5000, qsdp::reduce_op::sum, options);
+        qsdp::all_gather(comm, q, in.data(), out.data(), 5000, options);
+        qsdp::reduce_scatter(comm, q, in.data(), out.data(), 100, qsdp::reduce_op::avg,
+                             options);  // smaller: reuse
+      }
+      CHECK(comm.workspace().growths() == growths);
+      CHECK(growths >= 1);
+    });
+  }
 }
 
 TEST_CASE("bad arguments of the collectives are refused with a qsdp::error") {
@@ -394,7 +401,7 @@ TEST_CASE("every rank checks the packets it receives and names the sender of a d
             std::vector<float> in(100, 1.0f), out(300);
             try {
               qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 64}, in.data(), out.data(),
-                               100);
+                               100, compress_all);
             } catch (const qsdp::error& e) {
               const std::string m = e.what();
               if (m.find("packet bucket_size 65, decoder expects 64 (in the packet from rank 1)") !=
@@ -438,7 +445,8 @@ TEST_CASE(
       qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
         const auto grad = gradients(comm.rank(), total);
         std::vector<float> out(count);
-        qsdp::reduce_scatter(comm, q, grad.data(), out.data(), count, qsdp::reduce_op::sum);
+        qsdp::reduce_scatter(comm, q, grad.data(), out.data(), count, qsdp::reduce_op::sum,
+                             compress_all);
         double e = 0, t = 0;
         for (std::size_t i = 0; i < count; ++i) {
           const double w = want[static_cast<std::size_t>(comm.rank()) * count + i];
@@ -465,10 +473,10 @@ TEST_CASE(
       const qsdp::hadamard<qsdp::random_shift<4>> w{{.bucket_size = 64, .seed = 5}};
       const auto shard = rank_data(comm.rank(), count, 2);
       std::vector<float> full(count * static_cast<std::size_t>(world));
-      qsdp::all_gather(comm, w, shard.data(), full.data(), count);
+      qsdp::all_gather(comm, w, shard.data(), full.data(), count, compress_all);
       auto data = gradients(comm.rank(), count);
       qsdp::all_reduce(comm, qsdp::hadamard<qsdp::stochastic<8>>{{.bucket_size = 128, .seed = 6}},
-                       data.data(), count, qsdp::reduce_op::avg);
+                       data.data(), count, qsdp::reduce_op::avg, compress_all);
       std::lock_guard lock(m);
       gathered[static_cast<std::size_t>(comm.rank())] = full;
       reduced[static_cast<std::size_t>(comm.rank())] = data;
@@ -553,7 +561,7 @@ TEST_CASE(
           shard[i] = from_f<T>(exact[i]);
         }
         gather.all_gather(comm, w, shard.data(), full.data());
-        qsdp::all_gather(comm, w, shard.data(), plain.data(), count);
+        qsdp::all_gather(comm, w, shard.data(), plain.data(), count, compress_all);
       }
       CHECK(gather.calls() == static_cast<std::uint64_t>(step_count));
       CHECK(std::memcmp(gather.reconstruction(), full.data(), total * sizeof(T)) == 0);

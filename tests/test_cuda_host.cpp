@@ -53,22 +53,22 @@ TEST_CASE("run_local_cuda fails with a qsdp::error naming the CUDA call where no
 }
 
 TEST_CASE(
-    "device_state remembers agreed call signatures, forgetting the oldest past its capacity") {
-  qsdp::device_state state;
+    "agreed_signatures remembers agreed call signatures, forgetting the oldest past its capacity") {
+  qsdp::detail::agreed_signatures state;
   unsigned char d[64] = {};
-  CHECK_FALSE(state.agreed(d));
+  CHECK_FALSE(state.contains(d));
   state.remember(d);
-  CHECK(state.agreed(d));
-  for (std::size_t i = 1; i <= qsdp::device_state::capacity; ++i) {
+  CHECK(state.contains(d));
+  for (std::size_t i = 1; i <= qsdp::detail::agreed_signatures::capacity; ++i) {
     unsigned char other[64] = {};
     std::memcpy(other, &i, sizeof i);
     state.remember(other);
   }
-  CHECK_FALSE(state.agreed(d));  // the first one was pushed out by 64 newer ones
+  CHECK_FALSE(state.contains(d));  // the first one was pushed out by 64 newer ones
   unsigned char last[64] = {};
-  const std::size_t newest = qsdp::device_state::capacity;
+  const std::size_t newest = qsdp::detail::agreed_signatures::capacity;
   std::memcpy(last, &newest, sizeof newest);
-  CHECK(state.agreed(last));
+  CHECK(state.contains(last));
 }
 
 TEST_CASE("a failure channel with nothing reported polls quietly") {

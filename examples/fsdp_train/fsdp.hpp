@@ -89,6 +89,11 @@ struct adam_config {
   float final_lr_fraction = 0.1f;  // linear decay from lr to lr * this over the run
 };
 
+/// The size gate off: this example measures what quantizing every layer does to training, and the
+/// embedding's shard (384 values at 4 ranks) is below qsdp's default gate, which would send it
+/// exactly.
+inline constexpr qsdp::call_options quantize_every_layer{.min_compressed_bytes = 0};
+
 template <class Comm>
 class fsdp_model {
  public:
@@ -133,13 +138,13 @@ class fsdp_model {
     } else {
       with_plain_policy(weights, bucket, [&](const auto& q) {
         gather_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
-          qsdp::all_gather(comm_, q, in, out, n);
+          qsdp::all_gather(comm_, q, in, out, n, quantize_every_layer);
         };
       });
     }
     with_gradient_policy(grads, bucket, [&](const auto& q) {
       scatter_ = [this, q](std::size_t, const float* in, float* out, std::size_t n) {
-        qsdp::reduce_scatter(comm_, q, in, out, n, qsdp::reduce_op::avg);
+        qsdp::reduce_scatter(comm_, q, in, out, n, qsdp::reduce_op::avg, quantize_every_layer);
       };
     });
     exact_gather_ = [this](std::size_t, const float* in, float* out, std::size_t n) {

@@ -11,10 +11,11 @@
 // Reduce-scatter goes through all-to-all rather than a ring, so each value is quantized exactly
 // once and summed in fp32 on the receiver: the error does not grow with the number of ranks.
 //
-// Every call first exchanges a 64-byte descriptor (collective, policy, bits, bucket size, element
-// type, count, op) so that a rank that called differently makes every rank throw the same
-// qsdp::error, instead of a hang or garbage; then the packets, whose headers every receiver checks
-// again.
+// Every compressed call first exchanges a 64-byte descriptor (collective, policy, bits, bucket
+// size, element type, count, op, size gate) so that a rank that called differently makes every rank
+// throw the same qsdp::error, instead of a hang or garbage; then the packets, whose headers every
+// receiver checks again. A call below the size gate (call_options) moves its values uncompressed in
+// one exchange, each rank's descriptor in front of its values.
 //
 // Declared and documented here; the host definitions are in detail/collectives/host.hpp, the device
 // ones (translation units compiled by nvcc) in detail/cuda/device_collectives.cuh.
@@ -40,6 +41,25 @@ namespace qsdp {
 /// How reduce_scatter and all_reduce combine the ranks' values.
 enum class reduce_op : std::uint32_t { sum = 1, avg = 2 };
 
+/// call_options::min_compressed_bytes unless the caller says otherwise: 32 KiB per peer. Measured
+/// on 4 ranks over shaped 1 and 10 Gbit/s links (docs/benchmarks.md, "The size gate"), compressing
+/// fp32 at 8 bits starts to pay between 16 and 64 KiB per rank; below that, a compressed call
+/// (encode, exchange, decode) costs more than moving the values as they are.
+inline constexpr std::size_t default_min_compressed_bytes = 32 * 1024;
+
+/// Options of one collective call: the last argument of every collective, defaulted.
+struct call_options {
+  /// The size gate. A call in which every rank sends each peer fewer than this many bytes of
+  /// uncompressed values -- count * sizeof(T) for all_gather and reduce_scatter, the whole buffer
+  /// for all_reduce -- moves its values uncompressed instead, exactly as the policy qsdp::identity
+  /// would (reduce_scatter and all_reduce still sum in fp32 in rank order, so results stay
+  /// bit-identical across ranks and between host and device), and in one exchange: each rank's call
+  /// descriptor travels in front of its values and is checked before they are used, instead of in a
+  /// round trip of its own. 0 compresses every call. Part of the call's signature: every rank must
+  /// pass the same value (a rank that passes another makes every rank throw, like another policy).
+  std::size_t min_compressed_bytes = default_min_compressed_bytes;
+};
+
 // ---- Host buffers, over a communicator (local_communicator, mpi_communicator)
 // --------------------- Collective: every rank makes the same call (policy, bits, bucket size,
 // element type, count, op), or every rank throws qsdp::error naming the first difference.
@@ -47,20 +67,22 @@ enum class reduce_op : std::uint32_t { sum = 1, avg = 2 };
 /// Compressed all-gather (like ncclAllGather): every rank contributes `count` values of `send`;
 /// `recv` receives count * comm.size() values, rank r's at offset r * count.
 template <communicator Comm, class Q, class T>
-void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count);
+void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                call_options options = {});
 
 /// Compressed reduce-scatter (like ncclReduceScatter): `send` holds count * comm.size() values;
 /// rank r receives in `recv` the sum (or average) over ranks of chunk r, `count` values. Each value
 /// is quantized once and summed in fp32.
 template <communicator Comm, class Q, class T>
-void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                    reduce_op op);
+void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
+                    call_options options = {});
 
 /// Compressed all-reduce, in place on `count` values: reduce_scatter, then all_gather of the
 /// reduced shards, so every rank ends with bit-identical values. The last shard is padded with
 /// zeros when count is not a multiple of comm.size().
 template <communicator Comm, class Q, class T>
-void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op);
+void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
+                call_options options = {});
 
 /// Weight-difference all-gather (SDP4Bit's weight differences): one object per rank keeps the last
 /// reconstruction of every rank's shard, and each call sends the quantized difference between the
@@ -141,19 +163,19 @@ class delta_gather {
 /// Compressed all-gather of device buffers, ordered on `stream` (like ncclAllGather).
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                cudaStream_t stream);
+                cudaStream_t stream, call_options options = {});
 
 /// Compressed reduce-scatter of device buffers, ordered on `stream` (like ncclReduceScatter): each
 /// value quantized once, summed in fp32 by one fused kernel.
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
-                    cudaStream_t stream);
+                    cudaStream_t stream, call_options options = {});
 
 /// Compressed all-reduce in place on device buffers: reduce_scatter, then all_gather of the reduced
 /// shards (the last padded with zeros), so every rank ends bit-identical.
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
-                cudaStream_t stream);
+                cudaStream_t stream, call_options options = {});
 #endif
 
 }  // namespace qsdp

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -29,11 +30,45 @@ namespace qsdp {
 /// Where a communicator's buffers live.
 enum class memory_space { host, device };
 
+namespace detail {
+
+/// The call signatures (64-byte call descriptors) all ranks of a communicator have agreed on, so
+/// that a repeated call can skip the separate round trip that compares them: the device collectives
+/// for every call, the host ones for the calls that the size gate sends uncompressed (which carry
+/// their descriptor in front of their values instead). The same on every rank, since every rank
+/// makes the same calls in the same order.
+class agreed_signatures {
+ public:
+  /// Whether all ranks have agreed on this 64-byte call descriptor before.
+  bool contains(const void* descriptor) const {
+    for (const auto& d : agreed_)
+      if (std::memcmp(d.bytes, descriptor, sizeof d.bytes) == 0) return true;
+    return false;
+  }
+  /// Remembers an agreed descriptor; the oldest is forgotten past `capacity`.
+  void remember(const void* descriptor) {
+    if (agreed_.size() == capacity) agreed_.pop_front();
+    agreed_.emplace_back();
+    std::memcpy(agreed_.back().bytes, descriptor, sizeof agreed_.back().bytes);
+  }
+  static constexpr std::size_t capacity = 64;
+
+ private:
+  struct entry {
+    unsigned char bytes[64];
+  };
+  std::deque<entry> agreed_;
+};
+
+}  // namespace detail
+
 /// Scratch memory a communicator owns for the collectives: grows when a larger call arrives and is
 /// reused otherwise, so steady-state calls allocate nothing. `growths()` counts reallocations
-/// (tests use it to prove reuse).
+/// (tests use it to prove reuse). It also keeps the call signatures the ranks have agreed on.
 class host_workspace {
  public:
+  detail::agreed_signatures agreed;
+
   /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
   std::byte* get(std::size_t bytes) {
     if (bytes > capacity_) {

@@ -11,8 +11,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <deque>
 
 #include "communicator.hpp"
 #include "config.hpp"
@@ -27,27 +25,7 @@ class device_state {
  public:
   detail::cuda::device_workspace workspace;
   detail::cuda::failure_channel failures;
-
-  /// Whether all ranks have agreed on this 64-byte call descriptor before.
-  bool agreed(const void* descriptor) const {
-    for (const auto& d : agreed_)
-      if (std::memcmp(d.bytes, descriptor, sizeof d.bytes) == 0) return true;
-    return false;
-  }
-  /// Remembers an agreed descriptor; the oldest is forgotten past `capacity` (the same on every
-  /// rank, since every rank makes the same calls in the same order).
-  void remember(const void* descriptor) {
-    if (agreed_.size() == capacity) agreed_.pop_front();
-    agreed_.emplace_back();
-    std::memcpy(agreed_.back().bytes, descriptor, sizeof agreed_.back().bytes);
-  }
-  static constexpr std::size_t capacity = 64;
-
- private:
-  struct entry {
-    unsigned char bytes[64];
-  };
-  std::deque<entry> agreed_;
+  detail::agreed_signatures agreed;
 };
 
 /// A communicator of device buffers:

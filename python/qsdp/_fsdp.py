@@ -7,14 +7,15 @@ weights and reduce-scatter of gradients.
                               grads=qt.stochastic(bits=8, seed=2))
     ...train...
     handle.stats()  # {"all_gather": {"calls", "bytes", "uncompressed_bytes", "fallback_calls",
-                    #                 "seconds"}, "reduce_scatter": {...}}
+                    #                 "gated_calls", "seconds"}, "reduce_scatter": {...}}
 
 compress installs a custom all-gather and reduce-scatter (FSDPModule.set_custom_all_gather /
 set_custom_reduce_scatter) on every FSDPModule in `model`; either policy may be None, which leaves
 that collective to FSDP. FSDP hands each one flat buffer per parameter group. A float32, bfloat16 or
 float16 buffer goes through qsdp.torch's collectives; a buffer qsdp cannot quantize (the uint8
 buffer FSDP makes when a group's parameters have different dtypes) goes through torch.distributed
-uncompressed and is counted as such in stats() ("fallback_calls"), never silently. Reduce ops: SUM
+uncompressed and is counted as such in stats() ("fallback_calls"), never silently; so is a buffer
+below the size gate (min_compressed_bytes, "gated_calls"), which qsdp sends exactly. Reduce ops: SUM
 and AVG (FSDP's choice for float32 and bfloat16 gradients, and its pre/post-divided SUM for float16);
 a PREMUL_SUM (set_gradient_divide_factor with a factor other than the world size) raises.
 """
@@ -40,12 +41,14 @@ class _Counter:
         self.bytes = 0
         self.uncompressed_bytes = 0
         self.fallback_calls = 0
+        self.gated_calls = 0
         self.seconds = 0.0
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "bytes": self.bytes,
                 "uncompressed_bytes": self.uncompressed_bytes,
-                "fallback_calls": self.fallback_calls, "seconds": self.seconds}
+                "fallback_calls": self.fallback_calls, "gated_calls": self.gated_calls,
+                "seconds": self.seconds}
 
 
 def _allocate(size, *, dtype, device):
@@ -67,8 +70,9 @@ class _AllGather:
     qsdp.torch.all_gather_into_tensor, or over a qsdp.torch.DeltaGather of its own (deltas=True:
     one per FSDP module, so per parameter group)."""
 
-    def __init__(self, policy, counter: _Counter, deltas: bool):
+    def __init__(self, policy, counter: _Counter, deltas: bool, min_compressed_bytes):
         self.policy, self.counter, self.deltas = policy, counter, deltas
+        self.min_compressed_bytes = min_compressed_bytes
         self.delta = None
 
     def allocate(self, size, *, dtype, device):
@@ -97,8 +101,15 @@ class _AllGather:
             d.all_gather_into_tensor(output_tensor, input_tensor, self.policy)
             c.bytes += qt.compressed_size(self.policy, input_tensor.numel(), torch.float32)
         elif input_tensor.dtype in _QUANTIZABLE:
-            qt.all_gather_into_tensor(output_tensor, input_tensor, self.policy, group=group)
-            c.bytes += qt.compressed_size(self.policy, input_tensor.numel(), input_tensor.dtype)
+            gate = self.min_compressed_bytes
+            qt.all_gather_into_tensor(output_tensor, input_tensor, self.policy, group=group,
+                                      min_compressed_bytes=gate)
+            if qt._sends_uncompressed(input_tensor, input_tensor.numel(), gate):
+                c.bytes += _bytes(input_tensor)
+                c.gated_calls += 1
+            else:
+                c.bytes += qt.compressed_size(self.policy, input_tensor.numel(),
+                                              input_tensor.dtype)
         else:
             dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
             c.bytes += _bytes(input_tensor)
@@ -108,8 +119,9 @@ class _AllGather:
 class _ReduceScatter:
     """FSDP's ReduceScatter interface over qsdp.torch.reduce_scatter_tensor."""
 
-    def __init__(self, policy, counter: _Counter):
+    def __init__(self, policy, counter: _Counter, min_compressed_bytes):
         self.policy, self.counter = policy, counter
+        self.min_compressed_bytes = min_compressed_bytes
 
     def allocate(self, size, *, dtype, device):
         return _allocate(size, dtype=dtype, device=device)
@@ -127,10 +139,15 @@ class _ReduceScatter:
         c.calls += 1
         c.uncompressed_bytes += _bytes(input_tensor)
         if input_tensor.dtype in _QUANTIZABLE:
+            gate = self.min_compressed_bytes
             qt.reduce_scatter_tensor(output_tensor, input_tensor, self.policy, op=name,
-                                     group=group)
-            c.bytes += group.size() * qt.compressed_size(self.policy, output_tensor.numel(),
-                                                         input_tensor.dtype)
+                                     group=group, min_compressed_bytes=gate)
+            if qt._sends_uncompressed(output_tensor, output_tensor.numel(), gate):
+                c.bytes += _bytes(input_tensor)
+                c.gated_calls += 1
+            else:
+                c.bytes += group.size() * qt.compressed_size(self.policy, output_tensor.numel(),
+                                                             input_tensor.dtype)
         else:
             dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
             c.bytes += _bytes(input_tensor)
@@ -147,19 +164,22 @@ class Handle:
     def stats(self) -> dict:
         """Per collective: calls, bytes this rank encoded for the wire (its packets),
         uncompressed_bytes (what FSDP's own collective would have sent), fallback_calls (buffers
-        sent uncompressed because qsdp cannot quantize their dtype), seconds (wall time inside the
+        sent uncompressed because qsdp cannot quantize their dtype), gated_calls (buffers sent
+        uncompressed because they are below the size gate), seconds (wall time inside the
         collective on this rank: encode, wire, decode and waiting for the slowest peer)."""
         return {"all_gather": self._all_gather.as_dict(),
                 "reduce_scatter": self._reduce_scatter.as_dict()}
 
 
 def compress(model: torch.nn.Module, weights=None, grads=None, *,
-             weight_deltas: bool = False) -> Handle:
+             weight_deltas: bool = False, min_compressed_bytes=None) -> Handle:
     """Compresses the all-gather of weights with policy `weights` and the reduce-scatter of
     gradients with policy `grads` in every FSDPModule (fully_shard) of `model`. weight_deltas:
     gather each parameter group through a qsdp.torch.DeltaGather (SDP4Bit's weight differences:
     4-bit weights that train like 8-bit ones), at the cost of a full copy of the gathered weights
-    on every rank (the reconstruction)."""
+    on every rank (the reconstruction); a DeltaGather always quantizes. min_compressed_bytes: the
+    size gate of the collectives (None: qsdp.torch.DEFAULT_MIN_COMPRESSED_BYTES; 0 compresses
+    every buffer)."""
     from torch.distributed.fsdp import FSDPModule
 
     from . import torch as qt
@@ -169,6 +189,7 @@ def compress(model: torch.nn.Module, weights=None, grads=None, *,
     for name, policy in (("weights", weights), ("grads", grads)):
         if policy is not None and not isinstance(policy, qt.Policy):
             raise TypeError(f"{where}: {name} is {policy!r}; expected a qsdp.torch policy or None")
+    gate = qt._gate(min_compressed_bytes, where)
     modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
     if not modules:
         raise ValueError(f"{where}: model has no FSDPModule; call fully_shard on it (and its "
@@ -176,7 +197,7 @@ def compress(model: torch.nn.Module, weights=None, grads=None, *,
     gathered, reduced = _Counter(), _Counter()
     for m in modules:
         if weights is not None:
-            m.set_custom_all_gather(_AllGather(weights, gathered, bool(weight_deltas)))
+            m.set_custom_all_gather(_AllGather(weights, gathered, bool(weight_deltas), gate))
         if grads is not None:
-            m.set_custom_reduce_scatter(_ReduceScatter(grads, reduced))
+            m.set_custom_reduce_scatter(_ReduceScatter(grads, reduced, gate))
     return Handle(modules, gathered, reduced)

@@ -12,6 +12,12 @@
     qt.all_reduce(tensor, g, op="sum", group=None)
     handle = qt.fsdp.compress(model, weights=w, grads=g)   # every FSDPModule in model
 
+The collectives take min_compressed_bytes=None (the size gate, C++'s
+call_options::min_compressed_bytes; None: qt.DEFAULT_MIN_COMPRESSED_BYTES, 32 KiB): a call that
+sends each peer fewer bytes of values (all_gather_into_tensor, reduce_scatter_tensor: the input's or
+output's bytes; all_reduce: the whole tensor's) moves them uncompressed, exactly, in one exchange,
+as qt.identity() would; 0 compresses every call. Every rank must pass the same value.
+
 Policies are the C++ ones (qsdp/quantizers.hpp), each object keeping its own call counter: a
 randomized policy draws fresh random numbers on every call, reproducible from its seed and the
 calls made with it. The collectives are the C++ ones (qsdp/collectives.hpp) over a communicator
@@ -42,8 +48,12 @@ __all__ = [
     "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
     "reduce_scatter_tensor", "all_reduce", "DeltaGather", "fsdp", "synchronize",
-    "cuda_extension",
+    "cuda_extension", "DEFAULT_MIN_COMPRESSED_BYTES",
 ]
+
+#: The size gate's default (C++ qsdp::default_min_compressed_bytes): calls that send each peer fewer
+#: bytes of values go uncompressed.
+DEFAULT_MIN_COMPRESSED_BYTES: int = _ext.default_min_compressed_bytes
 
 _ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _OP_CODES = {"sum": 1, "avg": 2}
@@ -382,13 +392,28 @@ def _world_times(full, full_name, part, part_name, world, where):
                          f"{world} x {part_name}'s {part.numel()} = {part.numel() * world}")
 
 
+def _gate(min_compressed_bytes, where: str) -> int:
+    """The size gate a collective runs with: min_compressed_bytes, or the default for None."""
+    if min_compressed_bytes is None:
+        return DEFAULT_MIN_COMPRESSED_BYTES
+    return _integer("min_compressed_bytes", min_compressed_bytes, 0, 2**63 - 1, where)
+
+
+def _sends_uncompressed(t: torch.Tensor, values: int, min_compressed_bytes=None) -> bool:
+    """Whether a collective whose every rank sends each peer `values` values of t's dtype goes
+    uncompressed under the size gate (as the C++ library decides)."""
+    gate = _gate(min_compressed_bytes, "qsdp.torch")
+    return values * t.element_size() < gate
+
+
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
-                           group=None) -> None:
+                           group=None, *, min_compressed_bytes=None) -> None:
     """torch.distributed.all_gather_into_tensor, compressed: output (world * input.numel()
     values) gets every rank's input, rank r's at r * input.numel(); the same values on every
-    rank."""
+    rank. An input of fewer than min_compressed_bytes bytes moves uncompressed (the size gate)."""
     where = "qsdp.torch.all_gather_into_tensor"
     q = _policy(policy, where)
+    gate = _gate(min_compressed_bytes, where)
     code = _values(input, "input", where)
     _values(output, "output", where)
     _same_dtype(input, "input", output, "output", where)
@@ -397,16 +422,19 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Po
     _world_times(output, "output", input, "input", comm.size, where)
     impl, stream = _collective(q, comm, input, where)
     with _on(input):
-        impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel(), *stream)
+        impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel(), *stream,
+                        gate)
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
-                          op="avg", group=None) -> None:
+                          op="avg", group=None, *, min_compressed_bytes=None) -> None:
     """torch.distributed.reduce_scatter_tensor, compressed: input holds world chunks of
     output.numel() values; output gets the sum (op "sum") or mean ("avg") over ranks of this
-    rank's chunk, each value quantized once and summed in float32."""
+    rank's chunk, each value quantized once and summed in float32. Chunks of fewer than
+    min_compressed_bytes bytes move uncompressed (the size gate)."""
     where = "qsdp.torch.reduce_scatter_tensor"
     q = _policy(policy, where)
+    gate = _gate(min_compressed_bytes, where)
     code = _values(input, "input", where)
     _values(output, "output", where)
     _same_dtype(input, "input", output, "output", where)
@@ -417,20 +445,24 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Pol
     impl, stream = _collective(q, comm, input, where)
     with _on(input):
         impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(), output.numel(),
-                            op_code, *stream)
+                            op_code, *stream, gate)
 
 
-def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None) -> None:
+def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None, *,
+               min_compressed_bytes=None) -> None:
     """torch.distributed.all_reduce, compressed and in place: reduce-scatter, then all-gather of
-    the reduced chunks, so every rank ends with the same values."""
+    the reduced chunks, so every rank ends with the same values. A tensor of fewer than
+    min_compressed_bytes bytes is all-gathered uncompressed and summed in float32 (the size
+    gate)."""
     where = "qsdp.torch.all_reduce"
     q = _policy(policy, where)
+    gate = _gate(min_compressed_bytes, where)
     code = _values(tensor, "tensor", where)
     op_code = _op_code(op, where)
     comm = _communicator(group, where, tensor)
     impl, stream = _collective(q, comm, tensor, where)
     with _on(tensor):
-        impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code, *stream)
+        impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code, *stream, gate)
 
 
 class DeltaGather:

@@ -98,6 +98,7 @@ using qsdp::python::address;
 using qsdp::python::bytes;
 using qsdp::python::delta_holder;
 using qsdp::python::element;
+using qsdp::python::gate;
 using qsdp::python::group_communicator;
 using qsdp::python::policy;
 using qsdp::python::reduce_op_from;
@@ -112,6 +113,7 @@ NB_MODULE(_ext, m) {
   m.attr("host_codec_isa") = qsdp::host_codec_isa();
   // Whether qsdp._ext_cuda was built, and if not why (python/CMakeLists.txt).
   m.attr("cuda_extension") = QSDP_PYTHON_CUDA_EXTENSION;
+  m.attr("default_min_compressed_bytes") = qsdp::default_min_compressed_bytes;
 
   nb::class_<group_communicator>(m, "GroupCommunicator")
       .def(nb::init<int, int, nb::callable, nb::callable>(), nb::arg("rank"), nb::arg("size"),
@@ -139,19 +141,21 @@ NB_MODULE(_ext, m) {
            })
       .def("all_gather",
            [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
-              std::size_t count) {
-             p.all_gather(comm, static_cast<element>(e), address(send), address(recv), count);
+              std::size_t count, std::size_t min_compressed_bytes) {
+             p.all_gather(comm, static_cast<element>(e), address(send), address(recv), count,
+                          gate(min_compressed_bytes));
            })
       .def("reduce_scatter",
            [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
-              std::size_t count, int op) {
+              std::size_t count, int op, std::size_t min_compressed_bytes) {
              p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
-                              reduce_op_from(op));
+                              reduce_op_from(op), gate(min_compressed_bytes));
            })
       .def("all_reduce",
            [](policy& p, group_communicator& comm, int e, std::uintptr_t data, std::size_t count,
-              int op) {
-             p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op));
+              int op, std::size_t min_compressed_bytes) {
+             p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op),
+                          gate(min_compressed_bytes));
            })
       .def("delta_all_gather", [](policy& p, delta_holder& gather, group_communicator& comm,
                                   std::uintptr_t send, std::uintptr_t recv) {

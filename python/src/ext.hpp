@@ -102,11 +102,11 @@ class policy {
   virtual void encode(element e, const void* src, std::size_t count, std::byte* packet) = 0;
   virtual void decode(element e, const std::byte* packet, std::size_t count, void* dst) = 0;
   virtual void all_gather(group_communicator& comm, element e, const void* send, void* recv,
-                          std::size_t count) = 0;
+                          std::size_t count, call_options options) = 0;
   virtual void reduce_scatter(group_communicator& comm, element e, const void* send, void* recv,
-                              std::size_t count, reduce_op op) = 0;
+                              std::size_t count, reduce_op op, call_options options) = 0;
   virtual void all_reduce(group_communicator& comm, element e, void* data, std::size_t count,
-                          reduce_op op) = 0;
+                          reduce_op op, call_options options) = 0;
   /// gather.all_gather(comm, this policy, send, recv): the weight-difference all-gather.
   virtual void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
                                 void* recv) = 0;

@@ -48,21 +48,24 @@ class policy_impl final : public policy {
     with_element(e, [&]<class T>() { qsdp::decode(q_, packet, count, static_cast<T*>(dst)); });
   }
   void all_gather(group_communicator& comm, element e, const void* send, void* recv,
-                  std::size_t count) override {
+                  std::size_t count, call_options options) override {
     with_element(e, [&]<class T>() {
-      qsdp::all_gather(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count);
+      qsdp::all_gather(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count,
+                       options);
     });
   }
   void reduce_scatter(group_communicator& comm, element e, const void* send, void* recv,
-                      std::size_t count, reduce_op op) override {
+                      std::size_t count, reduce_op op, call_options options) override {
     with_element(e, [&]<class T>() {
-      qsdp::reduce_scatter(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count, op);
+      qsdp::reduce_scatter(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count, op,
+                           options);
     });
   }
-  void all_reduce(group_communicator& comm, element e, void* data, std::size_t count,
-                  reduce_op op) override {
-    with_element(e,
-                 [&]<class T>() { qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op); });
+  void all_reduce(group_communicator& comm, element e, void* data, std::size_t count, reduce_op op,
+                  call_options options) override {
+    with_element(e, [&]<class T>() {
+      qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op, options);
+    });
   }
   void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
                         void* recv) override {

@@ -49,6 +49,11 @@ inline reduce_op reduce_op_from(int op) {
                     "; expected 1 (sum) or 2 (avg)");
 }
 
+/// The call options of qsdp.torch's min_compressed_bytes argument (the size gate).
+inline call_options gate(std::size_t min_compressed_bytes) {
+  return call_options{.min_compressed_bytes = min_compressed_bytes};
+}
+
 /// A process group's rank and size as a communicator takes them.
 inline void check_group_shape(int rank, int size) {
   constexpr const char* where = "qsdp.torch: process group";

@@ -20,13 +20,15 @@ bool device_present() { return qsdp::detail::cuda::device_available(); }
 
 template <class Comm, class Q, class T>
 void call(collective kind, Comm& comm, const Q& q, T* send, T* recv, std::size_t count,
-          qsdp::reduce_op op, cudaStream_t stream) {
+          qsdp::reduce_op op, cudaStream_t stream, qsdp::call_options options = {}) {
   switch (kind) {
-    case collective::all_gather: qsdp::all_gather(comm, q, send, recv, count, stream); break;
-    case collective::reduce_scatter:
-      qsdp::reduce_scatter(comm, q, send, recv, count, op, stream);
+    case collective::all_gather:
+      qsdp::all_gather(comm, q, send, recv, count, stream, options);
       break;
-    case collective::all_reduce: qsdp::all_reduce(comm, q, recv, count, op, stream); break;
+    case collective::reduce_scatter:
+      qsdp::reduce_scatter(comm, q, send, recv, count, op, stream, options);
+      break;
+    case collective::all_reduce: qsdp::all_reduce(comm, q, recv, count, op, stream, options); break;
   }
 }
 
@@ -34,7 +36,8 @@ template <class Q, class T>
 std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int world,
                                               std::size_t count,
                                               const std::vector<std::vector<T>>& inputs,
-                                              qsdp::reduce_op op, int calls, std::size_t* growths) {
+                                              qsdp::reduce_op op, int calls, std::size_t* growths,
+                                              qsdp::call_options options) {
   const auto w = static_cast<std::size_t>(world);
   const std::size_t in_count = kind == collective::reduce_scatter ? count * w : count;
   const std::size_t out_count = kind == collective::all_gather ? count * w : count;
@@ -50,7 +53,7 @@ std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int w
       if (kind == collective::all_reduce)  // in place: start from the input every time
         cuda_ok(cudaMemcpyAsync(d, s, count * sizeof(T), cudaMemcpyDeviceToDevice, comm.stream()),
                 "copy");
-      call(kind, comm, q, s, d, count, op, comm.stream());
+      call(kind, comm, q, s, d, count, op, comm.stream(), options);
     };
     for (int c = 0; c < calls; ++c) one_call();
     cuda_ok(cudaStreamSynchronize(comm.stream()), "sync");
@@ -234,7 +237,7 @@ std::vector<std::vector<T>> nccl_graph_replays(collective kind, const Q& q, cons
 #define GPU_TEST_COLLECTIVE_INSTANCES(Q, T)                                                        \
   template std::vector<std::vector<T>> gpu_test::device_collective<Q, T>(                          \
       collective, const Q&, int, std::size_t, const std::vector<std::vector<T>>&, qsdp::reduce_op, \
-      int, std::size_t*);                                                                          \
+      int, std::size_t*, qsdp::call_options);                                                      \
   template std::vector<std::vector<T>> gpu_test::nccl_one_rank<Q, T>(const Q&,                     \
                                                                      const std::vector<T>&, bool); \
   template std::vector<std::vector<T>> gpu_test::nccl_graph_replays<Q, T>(                         \

@@ -55,7 +55,8 @@ std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int w
                                               std::size_t count,
                                               const std::vector<std::vector<T>>& inputs,
                                               qsdp::reduce_op op, int calls = 1,
-                                              std::size_t* growths = nullptr);
+                                              std::size_t* growths = nullptr,
+                                              qsdp::call_options options = {});
 
 /// One rank of a real NCCL communicator (ncclCommInitAll over device 0): all_gather, reduce_scatter
 /// (sum) and all_reduce (sum) of x, outputs in that order. With graph_replay, each collective is

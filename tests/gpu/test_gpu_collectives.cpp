@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device collectives (run_local_cuda, one GPU, several ranks; and one NCCL rank) against the
 // host collectives on the same data: same random streams, same packets, same fp32 sums in the same
-// order, so the outputs are bit-identical.
+// order, so the outputs are bit-identical. Every comparison runs twice: with the size gate off
+// (every call compressed) and with the default gate (small calls uncompressed on both sides).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -35,7 +36,8 @@ template <class Q, class T>
 std::vector<std::vector<T>> host_collective(collective kind, const Q& q, int world,
                                             std::size_t count,
                                             const std::vector<std::vector<T>>& inputs,
-                                            qsdp::reduce_op op, int calls) {
+                                            qsdp::reduce_op op, int calls,
+                                            qsdp::call_options options) {
   const auto w = static_cast<std::size_t>(world);
   std::vector<std::vector<T>> outputs(w);
   qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
@@ -44,14 +46,14 @@ std::vector<std::vector<T>> host_collective(collective kind, const Q& q, int wor
     for (int c = 0; c < calls; ++c) {
       switch (kind) {
         case collective::all_gather:
-          qsdp::all_gather(comm, q, inputs[r].data(), out.data(), count);
+          qsdp::all_gather(comm, q, inputs[r].data(), out.data(), count, options);
           break;
         case collective::reduce_scatter:
-          qsdp::reduce_scatter(comm, q, inputs[r].data(), out.data(), count, op);
+          qsdp::reduce_scatter(comm, q, inputs[r].data(), out.data(), count, op, options);
           break;
         case collective::all_reduce:
           out = inputs[r];
-          qsdp::all_reduce(comm, q, out.data(), count, op);
+          qsdp::all_reduce(comm, q, out.data(), count, op, options);
           break;
       }
     }
@@ -70,12 +72,17 @@ void compare(collective kind, const Q& q, int world, std::size_t count, qsdp::re
     inputs[r] =
         qsdp_test::convert<T>(qsdp_test::make_data(qsdp_test::distribution::gradient_with_outliers,
                                                    in_count, 40 + static_cast<std::uint32_t>(r)));
-  const auto expected = host_collective(kind, q, world, count, inputs, op, calls);
-  const auto got = gpu_test::device_collective(kind, q, world, count, inputs, op, calls);
-  for (std::size_t r = 0; r < w; ++r) {
-    INFO("collective " << static_cast<int>(kind) << " " << qsdp::policy_name<Q>() << " world "
-                       << world << " count " << count << " rank " << r);
-    CHECK(count_differences(expected[r], got[r]) == 0);
+  for (const qsdp::call_options options :
+       {qsdp::call_options{.min_compressed_bytes = 0}, qsdp::call_options{}}) {
+    const auto expected = host_collective(kind, q, world, count, inputs, op, calls, options);
+    const auto got =
+        gpu_test::device_collective(kind, q, world, count, inputs, op, calls, nullptr, options);
+    for (std::size_t r = 0; r < w; ++r) {
+      INFO("collective " << static_cast<int>(kind) << " " << qsdp::policy_name<Q>() << " world "
+                         << world << " count " << count << " rank " << r << " gate "
+                         << options.min_compressed_bytes);
+      CHECK(count_differences(expected[r], got[r]) == 0);
+    }
   }
 }
 

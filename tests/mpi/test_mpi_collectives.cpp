@@ -2,9 +2,10 @@
 //
 // The collectives under mpirun, against MPI's own MPI_Allgather / MPI_Reduce_scatter_block on the
 // same data: identity bit-exact (all-gather) or within fp32 summation order (reduce-scatter), every
-// policy within its bound, all_reduce bit-identical on every rank, and a rank that calls with
-// another count makes every rank throw. Prints "N passed, M failed" on rank 0; exits nonzero if any
-// rank failed.
+// policy within its bound, all_reduce bit-identical on every rank, each with the size gate off and
+// on (call_options), and a rank that calls with another count, or differs in a gated call whose
+// signature was agreed before, makes every rank throw. Prints "N passed, M failed" on rank 0; exits
+// nonzero if any rank failed.
 #include <mpi.h>
 
 #include <cmath>
@@ -61,15 +62,17 @@ std::vector<double> bounds(const Q& q, const std::vector<float>& x) {
 }
 
 template <class Q>
-void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, std::size_t count) {
+void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, std::size_t count,
+                  qsdp::call_options options) {
   const auto w = static_cast<std::size_t>(g_world);
-  const std::string tag =
-      std::string(name) + " count " + std::to_string(count) + " world " + std::to_string(g_world);
+  const std::string tag = std::string(name) + " count " + std::to_string(count) + " world " +
+                          std::to_string(g_world) + " gate " +
+                          std::to_string(options.min_compressed_bytes);
 
   // all_gather vs MPI_Allgather on the same data.
   const auto mine = data_of(g_rank, count, 1);
   std::vector<float> ours(count * w), theirs(count * w);
-  qsdp::all_gather(comm, q, mine.data(), ours.data(), count);
+  qsdp::all_gather(comm, q, mine.data(), ours.data(), count, options);
   MPI_Allgather(mine.data(), static_cast<int>(count), MPI_FLOAT, theirs.data(),
                 static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
   bool ok = true;
@@ -89,7 +92,7 @@ void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, st
   // reduce_scatter vs MPI_Reduce_scatter_block (sum) on the same data.
   const auto full = data_of(g_rank, count * w, 2);
   std::vector<float> ours_rs(count), theirs_rs(count);
-  qsdp::reduce_scatter(comm, q, full.data(), ours_rs.data(), count, qsdp::reduce_op::sum);
+  qsdp::reduce_scatter(comm, q, full.data(), ours_rs.data(), count, qsdp::reduce_op::sum, options);
   MPI_Reduce_scatter_block(full.data(), theirs_rs.data(), static_cast<int>(count), MPI_FLOAT,
                            MPI_SUM, MPI_COMM_WORLD);
   std::vector<double> allowed(count, 0.0), magnitude(count, 0.0);
@@ -109,7 +112,7 @@ void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, st
 
   // all_reduce: every rank holds the same bytes.
   auto reduced = data_of(g_rank, count, 3);
-  qsdp::all_reduce(comm, q, reduced.data(), count, qsdp::reduce_op::avg);
+  qsdp::all_reduce(comm, q, reduced.data(), count, qsdp::reduce_op::avg, options);
   std::vector<float> everyone(count * w);
   MPI_Allgather(reduced.data(), static_cast<int>(count), MPI_FLOAT, everyone.data(),
                 static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
@@ -129,18 +132,23 @@ int main(int argc, char** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   {
     qsdp::mpi_communicator comm(MPI_COMM_WORLD);
-    for (std::size_t count :
-         {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
-      check_policy(comm, qsdp::identity{}, "identity", count);
-      check_policy(comm, qsdp::uniform<8>{.bucket_size = 512}, "uniform<8>", count);
-      check_policy(comm, qsdp::uniform<3>{.bucket_size = 100}, "uniform<3>", count);
-      check_policy(comm, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3}, "stochastic<4>",
-                   count);
-      check_policy(comm, qsdp::stochastic<1>{.bucket_size = 64, .seed = 3}, "stochastic<1>", count);
-      check_policy(comm, qsdp::symmetric<2>{.bucket_size = 1024}, "symmetric<2>", count);
-      check_policy(comm, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3}, "random_shift<8>",
-                   count);
-    }
+    // The gate off (every call compressed), then the default gate, under which all but the
+    // largest count (40 KB) move uncompressed.
+    for (const qsdp::call_options options :
+         {qsdp::call_options{.min_compressed_bytes = 0}, qsdp::call_options{}})
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000},
+                                std::size_t{4099}, std::size_t{10000}}) {
+        check_policy(comm, qsdp::identity{}, "identity", count, options);
+        check_policy(comm, qsdp::uniform<8>{.bucket_size = 512}, "uniform<8>", count, options);
+        check_policy(comm, qsdp::uniform<3>{.bucket_size = 100}, "uniform<3>", count, options);
+        check_policy(comm, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3}, "stochastic<4>",
+                     count, options);
+        check_policy(comm, qsdp::stochastic<1>{.bucket_size = 64, .seed = 3}, "stochastic<1>",
+                     count, options);
+        check_policy(comm, qsdp::symmetric<2>{.bucket_size = 1024}, "symmetric<2>", count, options);
+        check_policy(comm, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3}, "random_shift<8>",
+                     count, options);
+      }
 
     // A rank that calls with another count: every rank throws, naming it; nobody hangs.
     if (g_world > 1) {
@@ -156,6 +164,23 @@ int main(int argc, char** argv) {
       // The communicator is still usable afterwards.
       qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 100);
       check(out[100 * (g_world - 1)] == 1.0f, "collective after a mismatch");
+
+      // A gated call whose two signatures were both agreed before, rank 1 with the other op: the
+      // descriptors in front of the values stop every rank, with the same message.
+      for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
+        qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50, op);
+      message.clear();
+      try {
+        qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50,
+                             g_rank == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
+      } catch (const qsdp::error& e) {
+        message = e.what();
+      }
+      check(message.find("rank 1 called with reduce_op avg, rank 0 with sum") != std::string::npos,
+            "gated op mismatch reported on every rank (got: '" + message + "')");
+      qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50,
+                           qsdp::reduce_op::sum);
+      check(in[0] == static_cast<float>(g_world), "gated collective after a mismatch");
     }
   }
   const int status = qsdp_mpi_test::report(MPI_COMM_WORLD);

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """qsdp.torch's collectives on 4 gloo processes (and 3, an odd world): identity bit-exact against
 torch.distributed's own collectives, error bounds, every rank ending with the same values, a rank
-that calls differently making every rank raise, and bad tensors."""
+that calls differently making every rank raise, bad tensors, and the size gate (small calls move
+uncompressed, exactly as qt.identity() would)."""
 import pytest
 import torch
 import torch.distributed as dist
@@ -54,7 +55,7 @@ def _quantized_collectives(rank, world):
         g = qt.stochastic(bits=8, bucket_size=1024, seed=2)
         x = _shard(rank, count, dtype, seed=1)
         full = torch.empty(world * count, dtype=dtype)
-        qt.all_gather_into_tensor(full, x, w)
+        qt.all_gather_into_tensor(full, x, w, min_compressed_bytes=0)
         exact = torch.empty_like(full)
         dist.all_gather_into_tensor(exact, x)
         err = (full.float() - exact.float()).norm() / exact.float().norm()
@@ -63,7 +64,7 @@ def _quantized_collectives(rank, world):
         # reduce-scatter, avg: against the exact mean
         grads = _shard(rank, world * count, dtype, seed=2)
         out = torch.empty(count, dtype=dtype)
-        qt.reduce_scatter_tensor(out, grads, g, op="avg")
+        qt.reduce_scatter_tensor(out, grads, g, op="avg", min_compressed_bytes=0)
         mean = grads.float().clone()
         dist.all_reduce(mean)
         mean = mean[rank * count:(rank + 1) * count] / world
@@ -71,11 +72,11 @@ def _quantized_collectives(rank, world):
         assert err < 0.02, (dtype, float(err))
         # all_reduce: in place, the same values on every rank, near the exact sum
         t = grads.clone()
-        qt.all_reduce(t, g, op=dist.ReduceOp.SUM)
+        qt.all_reduce(t, g, op=dist.ReduceOp.SUM, min_compressed_bytes=0)
         total = grads.float().clone()
         dist.all_reduce(total)
         err = (t.float() - total).norm() / total.norm()
-        assert err < 0.02, (dtype, float(err))
+        assert 0 < err < 0.02, (dtype, float(err))  # quantized: not exact
         _same_on_every_rank(t)
     # 4-bit rotated gradients: the rotation's gain survives the collective
     count = 1 << 14
@@ -140,7 +141,7 @@ def _delta_gather(rank, world):
             weights += 0.005 * torch.randn(count, generator=g)
             shard = weights.to(dtype)
             gather.all_gather_into_tensor(delta_out, shard, q)
-            qt.all_gather_into_tensor(plain_out, shard, plain_q)
+            qt.all_gather_into_tensor(plain_out, shard, plain_q, min_compressed_bytes=0)
             dist.all_gather_into_tensor(exact, shard)
         _same_on_every_rank(delta_out)
         delta_err = float((delta_out.float() - exact.float()).norm() / exact.float().norm())
@@ -158,6 +159,48 @@ def _delta_gather(rank, world):
         gather.all_gather_into_tensor(out, torch.zeros(100), q)
     with pytest.raises(ValueError, match="input has 99 values; this DeltaGather was made for count"):
         gather.all_gather_into_tensor(out, torch.zeros(99), q)
+
+
+def _size_gate(rank, world):
+    g = qt.stochastic(bits=4, bucket_size=256, seed=5)
+    for dtype in DTYPES:
+        count = 1000 + 3  # 4012 or 2006 bytes: below the default gate
+        assert count * torch.tensor([], dtype=dtype).element_size() < qt.DEFAULT_MIN_COMPRESSED_BYTES
+        x = _shard(rank, count, dtype, seed=3)
+        grads = _shard(rank, world * count, dtype, seed=4)
+        gated, exact = torch.empty(world * count, dtype=dtype), torch.empty(world * count,
+                                                                            dtype=dtype)
+        qt.all_gather_into_tensor(gated, x, g)  # the default gate: uncompressed, exact
+        qt.all_gather_into_tensor(exact, x, qt.identity(), min_compressed_bytes=0)
+        assert torch.equal(gated.view(torch.uint8), exact.view(torch.uint8)), dtype
+        squeezed = torch.empty_like(gated)
+        qt.all_gather_into_tensor(squeezed, x, g, min_compressed_bytes=0)  # compressed: not exact
+        assert not torch.equal(squeezed.view(torch.uint8), exact.view(torch.uint8)), dtype
+        for op in ("sum", "avg"):
+            out, ref = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
+            qt.reduce_scatter_tensor(out, grads, g, op=op)
+            qt.reduce_scatter_tensor(ref, grads, qt.identity(), op=op, min_compressed_bytes=0)
+            assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), (dtype, op)
+            t, r = grads.clone(), grads.clone()
+            qt.all_reduce(t, g, op=op)
+            qt.all_reduce(r, qt.identity(), op=op, min_compressed_bytes=0)
+            assert torch.equal(t.view(torch.uint8), r.view(torch.uint8)), (dtype, op)
+            _same_on_every_rank(t)
+    # A rank with another gate: every rank raises, naming it.
+    x = torch.zeros(100)
+    with pytest.raises(qsdp.Error, match="min_compressed_bytes 0, rank 0 with 32768"):
+        qt.all_gather_into_tensor(torch.empty(world * 100), x, g,
+                                  min_compressed_bytes=0 if rank == 1 else None)
+    with pytest.raises(ValueError, match="min_compressed_bytes is -1; expected 0.."):
+        qt.all_reduce(x, g, min_compressed_bytes=-1)
+    with pytest.raises(TypeError, match="min_compressed_bytes is 1.5; expected an integer"):
+        qt.reduce_scatter_tensor(torch.empty(25), torch.zeros(world * 25), g,
+                                 min_compressed_bytes=1.5)
+    dist.barrier()
+
+
+def test_size_gate_sends_small_calls_as_identity_would():
+    run_ranks(4, _size_gate)
 
 
 def test_delta_gather_beats_plain_gathering_on_moving_weights():

@@ -49,15 +49,17 @@ def _compressed_training(rank, world):
     steps = 40
     plain = _train(_model(world), rank, steps)
     model = _model(world)
+    # These layers are small (at most 16 KiB per rank), below the default size gate: compress all.
     handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, bucket_size=1024, seed=1),
-                              grads=qt.stochastic(bits=8, bucket_size=1024, seed=2))
+                              grads=qt.stochastic(bits=8, bucket_size=1024, seed=2),
+                              min_compressed_bytes=0)
     assert len(handle.modules) == 4  # three Linear layers and the root
     compressed = _train(model, rank, steps)
     stats = handle.stats()
     for name in ("all_gather", "reduce_scatter"):
         s = stats[name]
         assert s["calls"] >= steps, (name, s)  # at least one per step
-        assert s["fallback_calls"] == 0, (name, s)
+        assert s["fallback_calls"] == 0 and s["gated_calls"] == 0, (name, s)
         ratio = s["bytes"] / s["uncompressed_bytes"]
         assert 0.24 < ratio < 0.3, (name, s, ratio)  # 8 bits from float32: ~4x fewer bytes
         assert 0 < s["seconds"] < 60, (name, s)  # the hooks' time is measured
@@ -72,7 +74,7 @@ def _four_bit_training(rank, world):
     model = _model(world)
     handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=4, bucket_size=1024, seed=1),
                               grads=qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=2)),
-                              weight_deltas=True)
+                              weight_deltas=True, min_compressed_bytes=0)
     compressed = _train(model, rank, steps)
     s = handle.stats()["all_gather"]
     assert s["calls"] >= steps and 0.12 < s["bytes"] / s["uncompressed_bytes"] < 0.16, s
@@ -104,6 +106,28 @@ def _mixed_dtypes_go_uncompressed(rank, world):
     assert handle.stats()["reduce_scatter"]["calls"] == 0  # grads=None: left to FSDP
 
 
+def _small_buffers_are_gated(rank, world):
+    # The default gate (32 KiB per peer): the first and last layers' buffers (at most 16 KiB per
+    # rank) go exactly and are counted, the middle one's (64 KiB) compressed.
+    model = _model(world)
+    handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, seed=1),
+                              grads=qt.stochastic(bits=8, seed=2))
+    _train(model, rank, 2)
+    for name, s in handle.stats().items():
+        assert 0 < s["gated_calls"] < s["calls"], (name, s)
+        assert s["bytes"] < s["uncompressed_bytes"] and s["fallback_calls"] == 0, (name, s)
+    # A gate above every buffer: all exact, every byte counted as sent.
+    model = _model(world)
+    handle = qt.fsdp.compress(model, weights=qt.random_shift(bits=8, seed=1),
+                              grads=qt.stochastic(bits=8, seed=2), min_compressed_bytes=1 << 20)
+    _train(model, rank, 2)
+    for name, s in handle.stats().items():
+        assert s["calls"] >= 2 and s["gated_calls"] == s["calls"], (name, s)
+        assert s["bytes"] == s["uncompressed_bytes"], (name, s)
+    with pytest.raises(ValueError, match="min_compressed_bytes is -5"):
+        qt.fsdp.compress(model, weights=qt.stochastic(bits=8), min_compressed_bytes=-5)
+
+
 def _bad_arguments(rank, world):
     with pytest.raises(ValueError, match="model has no FSDPModule"):
         qt.fsdp.compress(torch.nn.Linear(2, 2), weights=qt.stochastic(bits=8))
@@ -121,6 +145,10 @@ def test_fsdp_training_with_4_bit_weight_deltas_and_rotated_gradients():
 
 def test_a_mixed_dtype_buffer_goes_uncompressed_and_is_counted():
     run_ranks(4, _mixed_dtypes_go_uncompressed)
+
+
+def test_buffers_below_the_size_gate_go_exactly_and_are_counted():
+    run_ranks(4, _small_buffers_are_gated)
 
 
 def test_compress_refuses_bad_arguments():

@@ -86,11 +86,12 @@ class device_policy {
   virtual void decode(element e, const std::byte* packet, std::size_t count, void* dst,
                       cudaStream_t stream) = 0;
   virtual void all_gather(device_group_communicator& comm, element e, const void* send, void* recv,
-                          std::size_t count, cudaStream_t stream) = 0;
+                          std::size_t count, cudaStream_t stream, call_options options) = 0;
   virtual void reduce_scatter(device_group_communicator& comm, element e, const void* send,
-                              void* recv, std::size_t count, reduce_op op, cudaStream_t stream) = 0;
+                              void* recv, std::size_t count, reduce_op op, cudaStream_t stream,
+                              call_options options) = 0;
   virtual void all_reduce(device_group_communicator& comm, element e, void* data, std::size_t count,
-                          reduce_op op, cudaStream_t stream) = 0;
+                          reduce_op op, cudaStream_t stream, call_options options) = 0;
 };
 
 /// families.hpp's make_named over the device factories below.

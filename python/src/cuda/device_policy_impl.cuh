@@ -39,22 +39,24 @@ class device_policy_impl final : public device_policy {
                  [&]<class T>() { qsdp::decode(q_, packet, count, static_cast<T*>(dst), stream); });
   }
   void all_gather(device_group_communicator& comm, element e, const void* send, void* recv,
-                  std::size_t count, cudaStream_t stream) override {
+                  std::size_t count, cudaStream_t stream, call_options options) override {
     with_element(e, [&]<class T>() {
-      qsdp::all_gather(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count, stream);
+      qsdp::all_gather(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count, stream,
+                       options);
     });
   }
   void reduce_scatter(device_group_communicator& comm, element e, const void* send, void* recv,
-                      std::size_t count, reduce_op op, cudaStream_t stream) override {
+                      std::size_t count, reduce_op op, cudaStream_t stream,
+                      call_options options) override {
     with_element(e, [&]<class T>() {
       qsdp::reduce_scatter(comm, q_, static_cast<const T*>(send), static_cast<T*>(recv), count, op,
-                           stream);
+                           stream, options);
     });
   }
   void all_reduce(device_group_communicator& comm, element e, void* data, std::size_t count,
-                  reduce_op op, cudaStream_t stream) override {
+                  reduce_op op, cudaStream_t stream, call_options options) override {
     with_element(e, [&]<class T>() {
-      qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op, stream);
+      qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op, stream, options);
     });
   }
 

@@ -24,6 +24,7 @@ using qsdp::python::device_exchange;
 using qsdp::python::device_group_communicator;
 using qsdp::python::device_policy;
 using qsdp::python::element;
+using qsdp::python::gate;
 using qsdp::python::reduce_op_from;
 
 /// A uint8 torch CUDA tensor viewing n bytes at `data` on `device` (no copy, no owner: valid
@@ -98,24 +99,27 @@ NB_MODULE(_ext_cuda, m) {
            })
       .def("all_gather",
            [](device_policy& p, device_group_communicator& comm, int e, std::uintptr_t send,
-              std::uintptr_t recv, std::size_t count, std::uintptr_t stream) {
+              std::uintptr_t recv, std::size_t count, std::uintptr_t stream,
+              std::size_t min_compressed_bytes) {
              comm.use_stream(stream_from(stream));
              p.all_gather(comm, static_cast<element>(e), address(send), address(recv), count,
-                          stream_from(stream));
+                          stream_from(stream), gate(min_compressed_bytes));
            })
       .def("reduce_scatter",
            [](device_policy& p, device_group_communicator& comm, int e, std::uintptr_t send,
-              std::uintptr_t recv, std::size_t count, int op, std::uintptr_t stream) {
+              std::uintptr_t recv, std::size_t count, int op, std::uintptr_t stream,
+              std::size_t min_compressed_bytes) {
              comm.use_stream(stream_from(stream));
              p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
-                              reduce_op_from(op), stream_from(stream));
+                              reduce_op_from(op), stream_from(stream), gate(min_compressed_bytes));
            })
-      .def("all_reduce", [](device_policy& p, device_group_communicator& comm, int e,
-                            std::uintptr_t data, std::size_t count, int op, std::uintptr_t stream) {
-        comm.use_stream(stream_from(stream));
-        p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op),
-                     stream_from(stream));
-      });
+      .def("all_reduce",
+           [](device_policy& p, device_group_communicator& comm, int e, std::uintptr_t data,
+              std::size_t count, int op, std::uintptr_t stream, std::size_t min_compressed_bytes) {
+             comm.use_stream(stream_from(stream));
+             p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op),
+                          stream_from(stream), gate(min_compressed_bytes));
+           });
 
   m.def("make_policy", &qsdp::python::make_device_policy, nb::arg("family"), nb::arg("bits"),
         nb::arg("bucket_size"), nb::arg("seed"), nb::arg("rotated"));

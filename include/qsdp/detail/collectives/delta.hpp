@@ -139,9 +139,11 @@ void delta_gather<T>::all_gather(Comm& comm, const Q& q, const T* shard, T* full
   for (std::size_t i = 0; i < count_; ++i)
     difference_[i] = detail::delta_difference(shard[i], reconstruction_[mine + i]);
   // The differences travel as floats whatever T is: the packet is the same size, and the update
-  // below rounds to T once.
+  // below rounds to T once. Always quantized (no size gate): the quantized differences are the
+  // point of this call, and its error contract is stated for them.
   float* decoded = std::is_same_v<T, float> ? reinterpret_cast<float*>(full) : decoded_.data();
-  qsdp::all_gather(comm, q, difference_.data(), decoded, count_);
+  qsdp::all_gather(comm, q, difference_.data(), decoded, count_,
+                   call_options{.min_compressed_bytes = 0});
   const std::size_t total = reconstruction_.size();
   for (std::size_t i = 0; i < total; ++i)
     reconstruction_[i] = detail::delta_update(reconstruction_[i], decoded[i]);

@@ -54,24 +54,14 @@ void check_received(const Q& q, const std::byte* packet, std::size_t count, int 
 }
 
 /// The collective pipeline's steps on host buffers (detail/collectives/pipeline.hpp): the host
-/// codec and the communicator's exchanges. Constructing one does what every host collective does
-/// first: checks the arguments, plans the call, takes its scratch from the communicator's workspace
-/// and has the ranks agree on the call (ranks that called differently all throw).
+/// codec and the communicator's exchanges, for a call run_host_collective planned and agreed on, in
+/// the scratch it took from the communicator's workspace.
 template <class Comm, class Q, class T>
 class host_steps {
  public:
-  host_steps(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a, const T* b,
-             std::size_t count, const char* where)
-      : comm_(comm), q_(q), op_(op), where_(where) {
-    check_collective_arguments<Comm, Q, T>(comm, q, where);
-    const bool in_place = kind == collective_kind::all_reduce;
-    check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
-    check_count(count, where);
-    if (kind != collective_kind::all_gather) check_op(op, where);
-    plan_ = plan_collective<Q, T>(comm, q, kind, op, count);
-    scratch_ = comm.workspace().get(plan_.scratch.total);
-    agree_on_call(comm, plan_.descriptor, scratch_ + plan_.scratch.descriptors, where);
-  }
+  host_steps(Comm& comm, const Q& q, const collective_call& plan, reduce_op op, std::byte* scratch,
+             const char* where)
+      : comm_(comm), q_(q), op_(op), where_(where), plan_(plan), scratch_(scratch) {}
 
   int rank() const { return comm_.rank(); }
   int world() const { return comm_.size(); }
@@ -128,34 +118,118 @@ class host_steps {
   const Q& q_;
   reduce_op op_;
   const char* where_;
-  collective_call plan_{};
-  std::byte* scratch_ = nullptr;
+  const collective_call& plan_;
+  std::byte* scratch_;
 };
+
+/// A call the size gate sends uncompressed (call_options::min_compressed_bytes), in one exchange of
+/// blocks of [this rank's call descriptor | values]: all_gather and all_reduce send one block (the
+/// shard; all_reduce the whole buffer) to every peer, reduce_scatter block j to rank j. Every rank
+/// checks all descriptors before it uses a value, so ranks that called differently all throw, as
+/// after the separate agreement of a compressed call -- unless their blocks differ in size, which
+/// only the transport can see (local_communicator throws on every rank; for MPI, collectives of
+/// mismatched sizes are erroneous: an error such as MPI_ERR_TRUNCATE at best). That is why a
+/// signature's first call still agrees in a round trip of its own, as every compressed call does: a
+/// rank that calls with another count, policy or gate is caught there, and only repeats of an
+/// agreed signature fold the agreement into the data. The sums are those of the policy
+/// qsdp::identity: fp32, in rank order, then divided by the world for avg, then rounded to T;
+/// all_reduce sums the world's whole buffers in one go, which gives the bits that its
+/// reduce_scatter then all_gather would.
+template <class Comm, class T>
+void run_gated(Comm& comm, const collective_call& c, reduce_op op, const T* send, T* recv,
+               std::size_t count, std::byte* scratch, const char* where) {
+  const gated_layout& l = c.gated;
+  const auto world = static_cast<std::size_t>(comm.size());
+  const std::size_t value_bytes = l.block_values * sizeof(T);
+  agreed_signatures& agreed = comm.workspace().agreed;
+  if (!agreed.contains(&c.descriptor)) {
+    agree_on_call(comm, c.descriptor, scratch + l.incoming, where);
+    agreed.remember(&c.descriptor);
+  }
+  std::byte* const out = scratch + l.outgoing;
+  std::byte* const in = scratch + l.incoming;
+  auto fill_block = [&](std::byte* block, const T* values) {
+    std::memcpy(block, &c.descriptor, sizeof c.descriptor);
+    if (value_bytes) std::memcpy(block + sizeof c.descriptor, values, value_bytes);
+  };
+  if (c.kind == collective_kind::reduce_scatter) {
+    for (std::size_t j = 0; j < world; ++j) fill_block(out + j * l.block_bytes, send + j * count);
+    comm.all_to_all_bytes(out, in, l.block_bytes);
+  } else {
+    fill_block(out, send);
+    comm.all_gather_bytes(out, in, l.block_bytes);
+  }
+  check_descriptors(in, comm.size(), where, l.block_bytes);
+  auto values_of = [&](std::size_t r) {
+    return reinterpret_cast<const T*>(in + r * l.block_bytes + sizeof(call_descriptor));
+  };
+  if (c.kind == collective_kind::all_gather) {
+    for (std::size_t r = 0; r < world; ++r)
+      if (value_bytes) std::memcpy(static_cast<void*>(recv + r * count), values_of(r), value_bytes);
+    return;
+  }
+  float* const acc = reinterpret_cast<float*>(scratch + l.accumulator);
+  std::fill(acc, acc + l.block_values, 0.0f);
+  for (std::size_t r = 0; r < world; ++r) {
+    const T* values = values_of(r);
+    for (std::size_t i = 0; i < l.block_values; ++i)
+      acc[i] = acc[i] + element_traits<T>::to_float(values[i]);
+  }
+  if (op == reduce_op::avg) {
+    const float ranks = static_cast<float>(world);
+    for (std::size_t i = 0; i < l.block_values; ++i) acc[i] = acc[i] / ranks;
+  }
+  narrow_store(acc, l.block_values, recv);
+}
+
+/// Every host collective: checks the arguments, plans the call (drawing its call indices), takes
+/// its scratch from the communicator's workspace, then either runs the pipeline after the ranks
+/// have agreed on the call, or (the size gate) run_gated.
+template <class Comm, class Q, class T>
+void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
+                         T* b, std::size_t count, call_options options, const char* where) {
+  check_collective_arguments<Comm, Q, T>(comm, q, where);
+  const bool in_place = kind == collective_kind::all_reduce;
+  check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
+  check_count(count, where);
+  if (kind != collective_kind::all_gather) check_op(op, where);
+  const collective_call plan =
+      plan_collective<Q, T>(comm, q, kind, op, count, options.min_compressed_bytes);
+  std::byte* const scratch =
+      comm.workspace().get(plan.uncompressed ? plan.gated.total : plan.scratch.total);
+  if (plan.uncompressed) {
+    run_gated(comm, plan, op, a, b, count, scratch, where);
+    return;
+  }
+  agree_on_call(comm, plan.descriptor, scratch + plan.scratch.descriptors, where);
+  host_steps<Comm, Q, T> steps(comm, q, plan, op, scratch, where);
+  run_collective(steps, q, a, b, count);
+}
 
 }  // namespace qsdp::detail
 
 namespace qsdp {
 
 template <communicator Comm, class Q, class T>
-void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count) {
-  detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_gather, reduce_op::sum,
-                                       send, recv, count, "qsdp::all_gather");
-  detail::run_collective(steps, q, send, recv, count);
+void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                call_options options) {
+  detail::run_host_collective(comm, q, detail::collective_kind::all_gather, reduce_op::sum, send,
+                              recv, count, options, "qsdp::all_gather");
 }
 
 template <communicator Comm, class Q, class T>
-void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                    reduce_op op) {
-  detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter, op, send,
-                                       recv, count, "qsdp::reduce_scatter");
-  detail::run_collective(steps, q, send, recv, count);
+void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
+                    call_options options) {
+  detail::run_host_collective(comm, q, detail::collective_kind::reduce_scatter, op, send, recv,
+                              count, options, "qsdp::reduce_scatter");
 }
 
 template <communicator Comm, class Q, class T>
-void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op) {
-  detail::host_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_reduce, op, data, data,
-                                       count, "qsdp::all_reduce");
-  detail::run_collective(steps, q, data, data, count);
+void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
+                call_options options) {
+  detail::run_host_collective(comm, q, detail::collective_kind::all_reduce, op,
+                              static_cast<const T*>(data), data, count, options,
+                              "qsdp::all_reduce");
 }
 
 }  // namespace qsdp

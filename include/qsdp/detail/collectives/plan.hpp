@@ -47,7 +47,8 @@ struct call_descriptor {
   std::uint32_t world;
   std::uint64_t bucket_size;
   std::uint64_t count;
-  std::uint64_t reserved[3];
+  std::uint64_t min_compressed_bytes;  // call_options::min_compressed_bytes (the size gate)
+  std::uint64_t reserved[2];
 };
 static_assert(sizeof(call_descriptor) == 64);
 
@@ -55,7 +56,7 @@ inline constexpr std::uint32_t descriptor_magic = 0x43445351u;  // "QSDC"
 
 template <class Q, class T>
 call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, std::size_t count,
-                              int world) {
+                              int world, std::size_t min_compressed_bytes) {
   call_descriptor d{};
   d.magic = descriptor_magic;
   d.collective = static_cast<std::uint32_t>(kind);
@@ -63,6 +64,7 @@ call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, st
   write_encoder_identity<Q, T>(q, d);
   d.world = static_cast<std::uint32_t>(world);
   d.count = count;
+  d.min_compressed_bytes = min_compressed_bytes;
   return d;
 }
 
@@ -98,17 +100,21 @@ inline std::string describe_mismatch(const call_descriptor& mine, int my_rank,
   if (theirs.op != mine.op)
     return differ("reduce_op", mine.op == 1 ? "sum" : "avg", theirs.op == 1 ? "sum" : "avg");
   if (theirs.world != mine.world) return differ("world size", num(mine.world), num(theirs.world));
+  if (theirs.min_compressed_bytes != mine.min_compressed_bytes)
+    return differ("call_options::min_compressed_bytes", num(mine.min_compressed_bytes),
+                  num(theirs.min_compressed_bytes));
   return "";
 }
 
-/// Throws on every rank alike if any rank's descriptor (world of them, back to back in `all`)
-/// differs from another's: each rank compares all descriptors with rank 0's.
-inline void check_descriptors(const std::byte* all, int world, const char* where) {
+/// Throws on every rank alike if any rank's descriptor (world of them in `all`, `stride` bytes
+/// apart) differs from another's: each rank compares all descriptors with rank 0's.
+inline void check_descriptors(const std::byte* all, int world, const char* where,
+                              std::size_t stride = sizeof(call_descriptor)) {
   call_descriptor first;
   std::memcpy(&first, all, sizeof first);
   for (int peer = 1; peer < world; ++peer) {
     call_descriptor theirs;
-    std::memcpy(&theirs, all + static_cast<std::size_t>(peer) * sizeof theirs, sizeof theirs);
+    std::memcpy(&theirs, all + static_cast<std::size_t>(peer) * stride, sizeof theirs);
     const std::string mismatch = describe_mismatch(first, 0, theirs, peer);
     if (!mismatch.empty()) throw qsdp::error(std::string(where) + ": ranks disagree: " + mismatch);
   }
@@ -189,24 +195,66 @@ inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, st
   return l;
 }
 
+/// Whether the size gate (call_options::min_compressed_bytes) sends a call of `count` values of
+/// `value_size` bytes uncompressed: every rank sends each peer fewer than min_compressed_bytes
+/// bytes of values (all_gather, reduce_scatter: count per peer; all_reduce: the whole buffer, which
+/// the gated all_reduce sends to every peer in one exchange). Overflow-free for any count.
+inline bool gated_uncompressed(std::size_t count, std::size_t value_size,
+                               std::size_t min_compressed_bytes) {
+  const std::size_t smallest_compressed =  // ceil(min_compressed_bytes / value_size)
+      min_compressed_bytes / value_size + (min_compressed_bytes % value_size != 0 ? 1 : 0);
+  return count < smallest_compressed;
+}
+
+/// Where a gated host call's scratch goes: its values move in blocks of one call descriptor (64
+/// bytes) followed by the uncompressed values (`block_values` of them), world blocks out for
+/// reduce_scatter (one per peer), one for all_gather and all_reduce (the same to every peer), world
+/// blocks in; then the fp32 sums of the reductions.
+struct gated_layout {
+  std::size_t block_values = 0;  // values per block
+  std::size_t block_bytes = 0;   // 64 + block_values * value size
+  std::size_t outgoing = 0;
+  std::size_t incoming = 0;
+  std::size_t accumulator = 0;
+  std::size_t total = 0;
+};
+
+inline gated_layout plan_gated(collective_kind kind, std::size_t world, std::size_t count,
+                               std::size_t value_size) {
+  gated_layout l;
+  l.block_values = count;  // all_reduce: the whole buffer; the others: count per peer
+  l.block_bytes = sizeof(call_descriptor) + count * value_size;
+  const std::size_t out_blocks = kind == collective_kind::reduce_scatter ? world : 1;
+  l.outgoing = 0;
+  l.incoming = align64(out_blocks * l.block_bytes);
+  l.accumulator = l.incoming + align64(world * l.block_bytes);
+  l.total =
+      l.accumulator + (kind == collective_kind::all_gather ? 0 : align64(count * sizeof(float)));
+  return l;
+}
+
 /// A collective call as every rank must agree on it, and where its scratch goes. all_reduce runs on
 /// shards of ceil(count / world) values (the last padded with zeros) and draws two call indices,
 /// one for its reduce-scatter and one for its all-gather, so the second never repeats the first's
-/// draws.
+/// draws. A call the size gate sends uncompressed draws the same call indices (so the calls after
+/// it draw the same random numbers either way) and runs as the policy qsdp::identity: on the device
+/// through the same pipeline, on the host in one exchange (gated_layout).
 struct collective_call {
   collective_kind kind;
   std::size_t shard;           // values per rank's chunk
   std::size_t padded;          // shard * world for all_reduce, else shard
   std::uint64_t calls[2];      // the call indices: [0] the first phase, [1] all_reduce's second
+  bool uncompressed;           // the size gate sends the values as they are
   call_descriptor descriptor;  // what this rank says about the call
-  scratch_layout scratch;
+  scratch_layout scratch;      // the pipeline's (device, or a compressed host call)
+  gated_layout gated;          // a gated host call's
 };
 
 /// Plans a collective of `count` values (all_reduce: the whole buffer; else per rank), drawing its
 /// call indices from the communicator: the part every collective, host or device, begins with.
 template <class Q, class T, class Comm>
 collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op,
-                                std::size_t count) {
+                                std::size_t count, std::size_t min_compressed_bytes) {
   const auto world = static_cast<std::size_t>(comm.size());
   collective_call c{};
   c.kind = kind;
@@ -214,9 +262,14 @@ collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, re
   c.padded = kind == collective_kind::all_reduce ? c.shard * world : count;
   c.calls[0] = comm.next_call();
   if (kind == collective_kind::all_reduce) c.calls[1] = comm.next_call();
-  c.descriptor = describe_call<Q, T>(q, kind, op, count, comm.size());
-  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T),
-                           layout_for<Q, T>(q, c.shard).total);
+  c.uncompressed = gated_uncompressed(count, sizeof(T), min_compressed_bytes);
+  c.descriptor = describe_call<Q, T>(q, kind, op, count, comm.size(), min_compressed_bytes);
+  const std::size_t packet_bytes = c.uncompressed
+                                       ? layout_for<identity, T>(identity{}, c.shard).total
+                                       : layout_for<Q, T>(q, c.shard).total;
+  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T), packet_bytes);
+  if (c.uncompressed && Comm::memory == memory_space::host)
+    c.gated = plan_gated(kind, world, count, sizeof(T));
   return c;
 }
 

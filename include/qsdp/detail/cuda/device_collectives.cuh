@@ -75,7 +75,7 @@ template <class Comm>
 void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cudaStream_t stream,
                 const char* where) {
   device_state& state = comm.state();
-  if (state.agreed(&mine)) return;
+  if (state.agreed.contains(&mine)) return;
   if (capturing(stream, where))
     throw qsdp::error(
         std::string(where) +
@@ -97,26 +97,25 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
   else
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
   check_descriptors(all.data(), comm.size(), where);
-  state.remember(&mine);
+  state.agreed.remember(&mine);
 }
 
 /// The collective pipeline's steps on device buffers (detail/collectives/pipeline.hpp): kernels and
-/// the communicator's exchanges, all ordered on `stream`. Constructing one checks the arguments,
-/// plans the call, takes its scratch from the communicator's device workspace and, once per call
-/// signature, has the ranks agree on the call.
+/// the communicator's exchanges, all ordered on `stream`, for a call run_device_collective planned
+/// and agreed on, in the scratch it took from the communicator's device workspace. Q is the policy
+/// that runs: the caller's, or qsdp::identity for a call the size gate sends uncompressed.
 template <class Comm, class Q, class T>
 class device_steps {
  public:
-  device_steps(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a, const T* b,
-               std::size_t count, cudaStream_t stream, const char* where)
-      : comm_(comm), q_(q), op_(op), stream_(stream), where_(where) {
-    const bool in_place = kind == collective_kind::all_reduce;
-    check_device_collective<Comm, Q, T>(comm, q, a, in_place ? "data" : "send", b,
-                                        in_place ? "data" : "recv", count, stream, where);
-    if (kind != collective_kind::all_gather) check_op(op, where);
-    plan_ = plan_collective<Q, T>(comm, q, kind, op, count);
-    scratch_ = comm.state().workspace.get(plan_.scratch.total, stream, where);
-    agree_once(comm, plan_.descriptor, scratch_ + plan_.scratch.descriptors, stream, where);
+  device_steps(Comm& comm, const Q& q, const collective_call& plan, reduce_op op,
+               std::byte* scratch, cudaStream_t stream, const char* where)
+      : comm_(comm),
+        q_(q),
+        op_(op),
+        stream_(stream),
+        where_(where),
+        plan_(plan),
+        scratch_(scratch) {
     call_counter_ = comm.state().workspace.call_counter(plan_.calls[0], stream, where);
   }
 
@@ -183,10 +182,38 @@ class device_steps {
   reduce_op op_;
   cudaStream_t stream_;
   const char* where_;
-  collective_call plan_{};
-  std::byte* scratch_ = nullptr;
+  const collective_call& plan_;
+  std::byte* scratch_;
   std::uint64_t* call_counter_ = nullptr;
 };
+
+/// Every device collective: checks the arguments, plans the call (drawing its call indices), takes
+/// its scratch, has the ranks agree on the call once per signature (the size gate's
+/// min_compressed_bytes included, so all ranks gate alike), then runs the pipeline with the
+/// caller's policy, or with qsdp::identity where the size gate sends the values uncompressed. On
+/// the device the agreement is already folded away after a signature's first call, so the gate
+/// only needs the identity pipeline, whose results equal the host's gated ones bit for bit.
+template <class Comm, class Q, class T>
+void run_device_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
+                           T* b, std::size_t count, call_options options, cudaStream_t stream,
+                           const char* where) {
+  const bool in_place = kind == collective_kind::all_reduce;
+  check_device_collective<Comm, Q, T>(comm, q, a, in_place ? "data" : "send", b,
+                                      in_place ? "data" : "recv", count, stream, where);
+  if (kind != collective_kind::all_gather) check_op(op, where);
+  const collective_call plan =
+      plan_collective<Q, T>(comm, q, kind, op, count, options.min_compressed_bytes);
+  std::byte* const scratch = comm.state().workspace.get(plan.scratch.total, stream, where);
+  agree_once(comm, plan.descriptor, scratch + plan.scratch.descriptors, stream, where);
+  if (plan.uncompressed) {
+    const identity raw{};
+    device_steps<Comm, identity, T> steps(comm, raw, plan, op, scratch, stream, where);
+    run_collective(steps, raw, a, b, count);
+  } else {
+    device_steps<Comm, Q, T> steps(comm, q, plan, op, scratch, stream, where);
+    run_collective(steps, q, a, b, count);
+  }
+}
 
 }  // namespace qsdp::detail::cuda
 
@@ -194,29 +221,26 @@ namespace qsdp {
 
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
-                cudaStream_t stream) {
-  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_gather,
-                                               reduce_op::sum, send, recv, count, stream,
-                                               "qsdp::all_gather (device)");
-  detail::run_collective(steps, q, send, recv, count);
+                cudaStream_t stream, call_options options) {
+  detail::cuda::run_device_collective(comm, q, detail::collective_kind::all_gather, reduce_op::sum,
+                                      send, recv, count, options, stream,
+                                      "qsdp::all_gather (device)");
 }
 
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
-                    cudaStream_t stream) {
-  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::reduce_scatter, op,
-                                               send, recv, count, stream,
-                                               "qsdp::reduce_scatter (device)");
-  detail::run_collective(steps, q, send, recv, count);
+                    cudaStream_t stream, call_options options) {
+  detail::cuda::run_device_collective(comm, q, detail::collective_kind::reduce_scatter, op, send,
+                                      recv, count, options, stream,
+                                      "qsdp::reduce_scatter (device)");
 }
 
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
-                cudaStream_t stream) {
-  detail::cuda::device_steps<Comm, Q, T> steps(comm, q, detail::collective_kind::all_reduce, op,
-                                               data, data, count, stream,
-                                               "qsdp::all_reduce (device)");
-  detail::run_collective(steps, q, data, data, count);
+                cudaStream_t stream, call_options options) {
+  detail::cuda::run_device_collective(comm, q, detail::collective_kind::all_reduce, op,
+                                      static_cast<const T*>(data), data, count, options, stream,
+                                      "qsdp::all_reduce (device)");
 }
 
 }  // namespace qsdp

@@ -181,9 +181,10 @@ void delta_gather<T>::all_gather(Comm& comm, const Q& q, const T* shard, T* full
                          detail::cuda::grid_for(count_, detail::cuda::codec_block),
                          detail::cuda::codec_block, stream, "delta_difference_kernel", where, shard,
                          state.reconstruction + mine, state.difference, count_);
-  // The differences travel as floats whatever T is (as on the host).
+  // The differences travel as floats whatever T is, always quantized (as on the host).
   float* decoded = std::is_same_v<T, float> ? reinterpret_cast<float*>(full) : state.decoded;
-  qsdp::all_gather(comm, q, state.difference, decoded, count_, stream);
+  qsdp::all_gather(comm, q, state.difference, decoded, count_, stream,
+                   call_options{.min_compressed_bytes = 0});
   if (total)
     detail::cuda::launch(detail::cuda::delta_update_kernel<T>,
                          detail::cuda::grid_for(total, detail::cuda::codec_block),
