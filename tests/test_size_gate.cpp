@@ -50,7 +50,8 @@ std::vector<T> rank_values(int rank, std::size_t n, std::uint32_t salt) {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 /// What one rank got from a gated call and from the same call through the identity pipeline, and

@@ -7,6 +7,12 @@
 #   sudo bench/net/run.sh [--ranks 4] [--rate 1gbit] [--delay 0ms] [--subnet 10.77.0]
 #                         [--bench build/release/bench/qsdp-bench] -- [qsdp-bench arguments]
 #   sudo bench/net/run.sh [--ranks 4] [--rate 1gbit] ... --env-ranks -- COMMAND [ARGUMENTS]
+#   sudo bench/net/run.sh --ranks 4 --node-size 2 [--inside-rate 10gbit] --rate 1gbit
+#                         --bench build/release/bench/qsdp-bench-two-level -- --node-size 2 ...
+#
+# --node-size S groups ranks 0..S-1, S..2S-1, ... into "nodes": traffic between two ranks of one node
+# runs at --inside-rate (default: unshaped), traffic to other nodes at --rate (each rank's own link,
+# as each GPU of a cluster has its own NIC). Without it every link runs at --rate.
 #
 # --env-ranks starts COMMAND once in each namespace, without MPI, with torchrun's variables set
 # (RANK, WORLD_SIZE, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, MASTER_ADDR = rank 0's address, MASTER_PORT
@@ -27,6 +33,8 @@ delay=0ms
 subnet=10.77.0
 bench=""
 env_ranks=0
+node_size=1
+inside_rate=none
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
@@ -35,8 +43,10 @@ while [[ $# -gt 0 ]]; do
     --subnet) subnet="$2"; shift 2 ;;
     --bench) bench="$2"; shift 2 ;;
     --env-ranks) env_ranks=1; shift ;;
+    --node-size) node_size="$2"; shift 2 ;;
+    --inside-rate) inside_rate="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench/net/run.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +59,11 @@ cannot() { echo "bench/net/run.sh: cannot run here: $*" >&2; exit 77; }
 [[ "${ranks}" =~ ^[0-9]+$ && "${ranks}" -ge 2 && "${ranks}" -le 200 ]] || die "--ranks ${ranks}: expected 2..200"
 [[ "${subnet}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet ${subnet}: expected three octets, e.g. 10.77.0"
 (( env_ranks )) && { [[ $# -gt 0 ]] || die "--env-ranks: expected a command after --"; }
+[[ "${node_size}" =~ ^[0-9]+$ && "${node_size}" -ge 1 && $((ranks % node_size)) -eq 0 ]] ||
+  die "--node-size ${node_size}: expected a divisor of --ranks ${ranks}"
+if (( node_size > 1 )) && [[ "${delay}" != "0ms" && "${delay}" != "0" ]]; then
+  die "--delay with --node-size: not supported (the per-destination classes have no netem stage)"
+fi
 (( env_ranks )) || [[ -x "${bench}" ]] || die "${bench} is not an executable (build it: cmake --build --preset release --target qsdp-bench)"
 [[ "$(id -u)" -eq 0 ]] || cannot "needs root to create network namespaces and shape links (run it with sudo)"
 command -v ip >/dev/null && command -v tc >/dev/null || cannot "needs ip and tc (Debian: apt-get install iproute2)"
@@ -96,8 +111,22 @@ for ((i = 0; i < ranks; ++i)); do
   ip netns exec "${ns}" ip addr add "${subnet}.$((i + 1))/24" dev eth0
   ip netns exec "${ns}" ip link set eth0 up
   ip netns exec "${ns}" ip link set lo up
-  # Egress of each rank: optional delay (netem), then the rate (tbf).
-  if [[ "${delay}" != "0ms" && "${delay}" != "0" ]]; then
+  # Egress of each rank: optional delay (netem), then the rate (tbf); with nodes, an htb class per
+  # destination: the node's other ranks at --inside-rate (or unshaped), everyone else at --rate.
+  if (( node_size > 1 )); then
+    inside="${inside_rate}"
+    [[ "${inside}" == none ]] && inside=1000gbit
+    ip netns exec "${ns}" tc qdisc add dev eth0 root handle 1: htb default 20 ||
+      cannot "tc could not shape the link (no sch_htb in this kernel?)"
+    ip netns exec "${ns}" tc class add dev eth0 parent 1: classid 1:10 htb rate "${inside}"
+    ip netns exec "${ns}" tc class add dev eth0 parent 1: classid 1:20 htb rate "${rate}" burst "${burst}"
+    first=$(( i / node_size * node_size ))
+    for ((peer = first; peer < first + node_size; ++peer)); do
+      (( peer == i )) && continue
+      ip netns exec "${ns}" tc filter add dev eth0 protocol ip parent 1: prio 1 u32 \
+        match ip dst "${subnet}.$((peer + 1))/32" flowid 1:10
+    done
+  elif [[ "${delay}" != "0ms" && "${delay}" != "0" ]]; then
     ip netns exec "${ns}" tc qdisc add dev eth0 root handle 1: netem delay "${delay}" limit 100000
     ip netns exec "${ns}" tc qdisc add dev eth0 parent 1: handle 2: tbf rate "${rate}" burst "${burst}" latency 100ms
   else
@@ -107,7 +136,11 @@ for ((i = 0; i < ranks; ++i)); do
   echo "${subnet}.$((i + 1)) slots=1" >>"${hostfile}"
   echo "${subnet}.$((i + 1)) ${ns}" >>"${agentmap}"
 done
-echo "bench/net/run.sh: ${ranks} namespaces on ${bridge}, links ${rate}, delay ${delay}, subnet ${subnet}.0/24" >&2
+if (( node_size > 1 )); then
+  echo "bench/net/run.sh: ${ranks} namespaces on ${bridge} in nodes of ${node_size}, links ${rate} between nodes, ${inside_rate} within, subnet ${subnet}.0/24" >&2
+else
+  echo "bench/net/run.sh: ${ranks} namespaces on ${bridge}, links ${rate}, delay ${delay}, subnet ${subnet}.0/24" >&2
+fi
 
 export QSDP_NETNS_MAP="${agentmap}" QSDP_NET_RATE="${rate}" QSDP_NET_DELAY="${delay}"
 

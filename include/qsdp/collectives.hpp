@@ -153,6 +153,52 @@ class delta_gather {
   bool reset_pending_ = false;             // device calls: zero the reconstruction first
 };
 
+// ---- Two levels: a node's fast links and the slower links between nodes -------------------------
+// Over a qsdp::two_level pair (communicator.hpp: from two communicators, run_local_nodes, or
+// mpi_two_level), each level with its own policy. Rank r = node index x node size + place in the
+// node; counts, buffers and ops as in the flat calls. Both levels agree on the call (a rank that
+// called differently makes every rank throw), and each decides the size gate on its own exchange.
+
+/// The policies of a two-level collective: `inside` for the exchanges within a node, `across` for
+/// those between nodes (e.g. stochastic<8> inside, hadamard<stochastic<4>> across; identity inside
+/// sends the node's links exact values).
+template <class Inside, class Across>
+struct level_policies {
+  Inside inside;
+  Across across;
+};
+template <class Inside, class Across>
+level_policies(Inside, Across) -> level_policies<Inside, Across>;
+
+/// Two-level reduce-scatter: the ranks of each node first reduce-scatter within the node (policy
+/// inside) so that each holds its node's sums of the chunks of its place in every node, then the
+/// ranks at one place reduce-scatter those across nodes (policy across). A node's ranks send
+/// (nodes - 1) x node_size chunks over the slow links, node_size times fewer than flat
+/// reduce_scatter's (world - node_size) x node_size: a node's sum travels once. Each value is
+/// quantized twice: once as itself (inside), once inside its node's partial sum (across); the error
+/// is the inside bounds of the node's ranks plus the across bound of the node sums, summed over
+/// nodes (identity inside: the across part only). Partial sums are rounded to T between the levels.
+template <communicator Node, communicator Cross, class Inside, class Across, class T>
+void reduce_scatter(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
+                    const T* send, T* recv, std::size_t count, reduce_op op,
+                    call_options options = {});
+
+/// Two-level all-gather: each rank first all-gathers its shard across nodes with the ranks at its
+/// place (policy across), then the node all-gathers those shards (policy inside), so a shard
+/// crosses the slow links once. Every rank ends with the same bits (the inside encode of a shard is
+/// the same on every node: the same decoded values, drawing the same random numbers). Each value is
+/// quantized twice (identity inside: once); the error is the across bound plus the inside bound of
+/// the across-decoded values.
+template <communicator Node, communicator Cross, class Inside, class Across, class T>
+void all_gather(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
+                const T* send, T* recv, std::size_t count, call_options options = {});
+
+/// Two-level all-reduce in place: two-level reduce_scatter of the data padded to world shards, then
+/// two-level all_gather of the reduced shards; every rank ends with the same bits.
+template <communicator Node, communicator Cross, class Inside, class Across, class T>
+void all_reduce(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q, T* data,
+                std::size_t count, reduce_op op, call_options options = {});
+
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 // ---- Device buffers, over a device_communicator (nccl_communicator, cuda_local_communicator)
 // ------- The same pipeline, random streams and packets as on the host, ordered on `stream`;
@@ -182,6 +228,7 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 
 #include "detail/collectives/delta.hpp"
 #include "detail/collectives/host.hpp"
+#include "detail/collectives/two_level.hpp"
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 #include "detail/cuda/device_collectives.cuh"
 #include "detail/cuda/device_delta.cuh"

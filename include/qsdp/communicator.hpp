@@ -230,4 +230,154 @@ void run_local(int world, Fn&& fn, fault_options options = {}) {
   });
 }
 
+/// A communicator pair for two-level collectives (collectives.hpp): `node` joins the ranks of one
+/// node (fast links), `cross` the ranks with the same place in their nodes, one per node (the slow
+/// links between nodes). Every node has the same number of ranks: rank() = node index x node_size()
+/// + place in the node, where the node index is the rank in `cross`. Holds references (both
+/// communicators must outlive it) and the scratch of its collectives.
+template <communicator Node, communicator Cross>
+class two_level {
+ public:
+  /// Collective over all ranks of both communicators: checks that they form a grid (every node of
+  /// the same size, every cross communicator of the same size, each rank's places consistent), else
+  /// every rank throws a qsdp::error saying which ranks differ.
+  two_level(Node& node, Cross& cross);
+
+  int rank() const { return cross_.rank() * node_.size() + node_.rank(); }
+  int size() const { return cross_.size() * node_.size(); }
+  int node_size() const { return node_.size(); }
+  int nodes() const { return cross_.size(); }
+  Node& node() noexcept { return node_; }
+  Cross& cross() noexcept { return cross_; }
+  /// Scratch of the two-level collectives (their reordered and intermediate values); each level's
+  /// exchange uses its own communicator's.
+  host_workspace& workspace() noexcept { return workspace_; }
+
+ private:
+  Node& node_;
+  Cross& cross_;
+  host_workspace workspace_;
+};
+
+namespace detail {
+
+/// What each rank says about its places when a two_level pair is made.
+struct grid_place {
+  std::int32_t node_size, node_rank, nodes, node_index;
+};
+
+/// The first rank of `places` (count of them, gathered over a communicator) whose `field` differs
+/// from entry 0's, or -1.
+template <class Field>
+int first_differing(const grid_place* places, int count, Field field) {
+  for (int r = 1; r < count; ++r)
+    if (field(places[r]) != field(places[0])) return r;
+  return -1;
+}
+
+}  // namespace detail
+
+template <communicator Node, communicator Cross>
+two_level<Node, Cross>::two_level(Node& node, Cross& cross) : node_(node), cross_(cross) {
+  constexpr const char* where = "qsdp::two_level";
+  const detail::grid_place mine{node.size(), node.rank(), cross.size(), cross.rank()};
+  // Over the cross communicator: its ranks must all sit at the same place of nodes of one size.
+  std::vector<detail::grid_place> across(static_cast<std::size_t>(cross.size()));
+  cross.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine),
+                         reinterpret_cast<std::byte*>(across.data()), sizeof mine);
+  std::string problem;
+  if (const int r = detail::first_differing(
+          across.data(), cross.size(), [](const detail::grid_place& p) { return p.node_size; });
+      r >= 0)
+    problem = "the node of cross rank " + std::to_string(r) + " has " +
+              std::to_string(across[static_cast<std::size_t>(r)].node_size) +
+              " ranks, cross rank 0's " + std::to_string(across[0].node_size) +
+              ": every node must have as many ranks (the world is not a multiple of the node size)";
+  else if (const int q =
+               detail::first_differing(across.data(), cross.size(),
+                                       [](const detail::grid_place& p) { return p.node_rank; });
+           q >= 0)
+    problem = "cross rank " + std::to_string(q) + " is rank " +
+              std::to_string(across[static_cast<std::size_t>(q)].node_rank) +
+              " of its node, cross rank 0 rank " + std::to_string(across[0].node_rank) +
+              ": a cross communicator joins the ranks at one place of every node";
+  // Over the node: its ranks must all be in cross communicators of one size, at one node index; and
+  // a problem any of them found reaches all of them (as one flag), so that every rank throws.
+  struct verdict {
+    detail::grid_place place;
+    std::int32_t failed;
+  };
+  const verdict said{mine, problem.empty() ? 0 : 1};
+  std::vector<verdict> within(static_cast<std::size_t>(node.size()));
+  node.all_gather_bytes(reinterpret_cast<const std::byte*>(&said),
+                        reinterpret_cast<std::byte*>(within.data()), sizeof said);
+  if (problem.empty()) {
+    std::vector<detail::grid_place> places;
+    for (const verdict& v : within) places.push_back(v.place);
+    if (const int r = detail::first_differing(places.data(), node.size(),
+                                              [](const detail::grid_place& p) { return p.nodes; });
+        r >= 0)
+      problem =
+          "node rank " + std::to_string(r) + " is in a cross communicator of " +
+          std::to_string(places[static_cast<std::size_t>(r)].nodes) +
+          " ranks, node rank 0 in one of " + std::to_string(places[0].nodes) +
+          ": every node must have as many ranks (the world is not a multiple of the node size)";
+    else if (const int q =
+                 detail::first_differing(places.data(), node.size(),
+                                         [](const detail::grid_place& p) { return p.node_index; });
+             q >= 0)
+      problem = "node rank " + std::to_string(q) + " is rank " +
+                std::to_string(places[static_cast<std::size_t>(q)].node_index) +
+                " of its cross communicator, node rank 0 rank " +
+                std::to_string(places[0].node_index) +
+                ": the ranks of a node must share their cross rank (the node's index)";
+    else
+      for (std::size_t r = 0; r < within.size(); ++r)
+        if (within[r].failed) {
+          problem = "node rank " + std::to_string(r) +
+                    " found the cross communicators inconsistent (its error names how)";
+          break;
+        }
+  }
+  if (!problem.empty()) throw qsdp::error(std::string(where) + ": " + problem);
+}
+
+/// Runs fn(pair) on `world` threads as run_local does, the ranks grouped into nodes of `node_size`
+/// consecutive ranks: pair is a two_level<local_communicator, local_communicator> whose rank() is
+/// the thread's rank. world must be a multiple of node_size (else a qsdp::error before any thread
+/// starts). A rank that throws or returns early releases the ranks of its node and of its place
+/// from any collective; those that then fail release theirs, so no rank is left waiting.
+template <class Fn>
+void run_local_nodes(int world, int node_size, Fn&& fn, fault_options options = {}) {
+  constexpr const char* where = "qsdp::run_local_nodes";
+  const auto timeout = detail::checked_local_world(world, options, local_default_timeout, where);
+  if (node_size < 1 || world % node_size != 0)
+    throw qsdp::error(std::string(where) + ": node_size is " + std::to_string(node_size) +
+                      "; expected a divisor of the world size " + std::to_string(world) +
+                      " (every node has as many ranks)");
+  const int nodes = world / node_size;
+  std::vector<std::unique_ptr<detail::local_world>> node_worlds, cross_worlds;
+  for (int n = 0; n < nodes; ++n)
+    node_worlds.push_back(std::make_unique<detail::local_world>(node_size, timeout));
+  for (int l = 0; l < node_size; ++l)
+    cross_worlds.push_back(std::make_unique<detail::local_world>(nodes, timeout));
+  detail::run_rank_threads(
+      world,
+      [&](int rank) {
+        const int n = rank / node_size, l = rank % node_size;
+        local_communicator node(*node_worlds[static_cast<std::size_t>(n)], l);
+        local_communicator cross(*cross_worlds[static_cast<std::size_t>(l)], n);
+        two_level<local_communicator, local_communicator> pair(node, cross);
+        fn(pair);
+      },
+      [&](int rank) {
+        node_worlds[static_cast<std::size_t>(rank / node_size)]->barrier.depart(rank % node_size);
+        cross_worlds[static_cast<std::size_t>(rank % node_size)]->barrier.depart(rank / node_size);
+      },
+      [&](int rank, const std::string& reason) {  // its two worlds: the others fail in turn
+        node_worlds[static_cast<std::size_t>(rank / node_size)]->barrier.break_with(reason);
+        cross_worlds[static_cast<std::size_t>(rank % node_size)]->barrier.break_with(reason);
+      });
+}
+
 }  // namespace qsdp

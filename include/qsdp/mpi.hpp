@@ -159,4 +159,75 @@ class mpi_communicator {
 
 static_assert(communicator<mpi_communicator>);
 
+/// A two-level pair over MPI (the communicators of collectives.hpp's two-level calls): splits
+/// `comm` into nodes -- the ranks that share memory (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED),
+/// or, with node_size > 0, runs of node_size consecutive ranks (to emulate nodes on one machine) --
+/// and into one cross communicator per place in the node (MPI_Comm_split by the rank in the node).
+/// Owns and frees both communicators; `comm` is the caller's and must outlive this object. Every
+/// rank must construct it at the same time (collective over comm). Throws qsdp::error on every
+/// rank when comm's size is not a multiple of node_size, or when the shared-memory nodes differ
+/// in size (two_level's check). Both communicators inherit comm's error handler; options apply to
+/// both levels.
+class mpi_two_level {
+ public:
+  explicit mpi_two_level(MPI_Comm comm, int node_size = 0, fault_options options = {})
+      : node_comm_(split_node(comm, node_size)),
+        cross_comm_(split_cross(comm, node_comm_.comm)),
+        node_(node_comm_.comm, options),
+        cross_(cross_comm_.comm, options),
+        pair_(node_, cross_) {}
+
+  mpi_two_level(const mpi_two_level&) = delete;
+  mpi_two_level& operator=(const mpi_two_level&) = delete;
+
+  two_level<mpi_communicator, mpi_communicator>& pair() noexcept { return pair_; }
+  mpi_communicator& node() noexcept { return node_; }
+  mpi_communicator& cross() noexcept { return cross_; }
+
+ private:
+  /// An MPI communicator this object made, freed with it.
+  struct owned_comm {
+    MPI_Comm comm = MPI_COMM_NULL;
+    explicit owned_comm(MPI_Comm c) : comm(c) {}
+    owned_comm(const owned_comm&) = delete;
+    owned_comm& operator=(const owned_comm&) = delete;
+    ~owned_comm() {
+      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    }
+  };
+
+  static MPI_Comm split_node(MPI_Comm comm, int node_size) {
+    constexpr const char* where = "qsdp::mpi_two_level";
+    int rank = 0, size = 0;
+    detail::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", where);
+    detail::mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size", where);
+    if (node_size < 0 || (node_size > 0 && size % node_size != 0))
+      throw qsdp::error(std::string(where) + ": node_size is " + std::to_string(node_size) +
+                        "; expected 0 (the shared-memory nodes) or a divisor of the world size " +
+                        std::to_string(size) + " (every node has as many ranks)");
+    MPI_Comm node = MPI_COMM_NULL;
+    if (node_size == 0)
+      detail::mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+                        "MPI_Comm_split_type", where);
+    else
+      detail::mpi_check(MPI_Comm_split(comm, rank / node_size, rank, &node), "MPI_Comm_split",
+                        where);
+    return node;
+  }
+
+  static MPI_Comm split_cross(MPI_Comm comm, MPI_Comm node) {
+    constexpr const char* where = "qsdp::mpi_two_level";
+    int rank = 0, place = 0;
+    detail::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", where);
+    detail::mpi_check(MPI_Comm_rank(node, &place), "MPI_Comm_rank", where);
+    MPI_Comm cross = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_split(comm, place, rank, &cross), "MPI_Comm_split", where);
+    return cross;
+  }
+
+  owned_comm node_comm_, cross_comm_;
+  mpi_communicator node_, cross_;
+  two_level<mpi_communicator, mpi_communicator> pair_;
+};
+
 }  // namespace qsdp

@@ -185,16 +185,19 @@ void run_gated(Comm& comm, const collective_call& c, reduce_op op, const T* send
 /// Every host collective: checks the arguments, plans the call (drawing its call indices), takes
 /// its scratch from the communicator's workspace, then either runs the pipeline after the ranks
 /// have agreed on the call, or (the size gate) run_gated.
+/// stream_base: added to every random stream (chunk_stream) of the call, so that the levels of a
+/// two-level collective draw numbers of their own (detail/collectives/two_level.hpp); 0 otherwise.
 template <class Comm, class Q, class T>
 void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
-                         T* b, std::size_t count, call_options options, const char* where) {
+                         T* b, std::size_t count, call_options options, const char* where,
+                         std::uint32_t stream_base = 0) {
   check_collective_arguments<Comm, Q, T>(comm, q, where);
   const bool in_place = kind == collective_kind::all_reduce;
   check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
   check_count(count, where);
   if (kind != collective_kind::all_gather) check_op(op, where);
   const collective_call plan =
-      plan_collective<Q, T>(comm, q, kind, op, count, options.min_compressed_bytes);
+      plan_collective<Q, T>(comm, q, kind, op, count, options.min_compressed_bytes, stream_base);
   std::byte* const scratch =
       comm.workspace().get(plan.uncompressed ? plan.gated.total : plan.scratch.total);
   if (plan.uncompressed) {

@@ -39,7 +39,8 @@ void gather_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_
   const std::size_t packet_bytes = layout_for<Q, T>(q, count).total;
   std::byte* const gathered = packets + packet_bytes;
   steps.encode(send, count, packets,
-               rng_key{seed_of(q), call, chunk_stream(steps.rank(), steps.world(), 0)});
+               rng_key{seed_of(q), call,
+                       steps.plan().stream_base + chunk_stream(steps.rank(), steps.world(), 0)});
   steps.all_gather_bytes(packets, gathered, packet_bytes);
   steps.decode_each(gathered, packet_bytes, count, recv);
 }
@@ -53,7 +54,8 @@ void scatter_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size
   const auto world = static_cast<std::size_t>(steps.world());
   std::byte* const incoming = packets + world * packet_bytes;
   for (std::size_t chunk = 0; chunk < world; ++chunk) {
-    const auto stream = chunk_stream(steps.rank(), steps.world(), static_cast<int>(chunk));
+    const auto stream = steps.plan().stream_base +
+                        chunk_stream(steps.rank(), steps.world(), static_cast<int>(chunk));
     steps.encode(send + chunk * count, count, packets + chunk * packet_bytes,
                  rng_key{seed_of(q), call, stream});
   }

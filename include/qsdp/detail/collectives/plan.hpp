@@ -245,6 +245,7 @@ struct collective_call {
   std::size_t padded;          // shard * world for all_reduce, else shard
   std::uint64_t calls[2];      // the call indices: [0] the first phase, [1] all_reduce's second
   bool uncompressed;           // the size gate sends the values as they are
+  std::uint32_t stream_base;   // added to every chunk_stream (0; a level of a two-level call)
   call_descriptor descriptor;  // what this rank says about the call
   scratch_layout scratch;      // the pipeline's (device, or a compressed host call)
   gated_layout gated;          // a gated host call's
@@ -254,7 +255,8 @@ struct collective_call {
 /// call indices from the communicator: the part every collective, host or device, begins with.
 template <class Q, class T, class Comm>
 collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op,
-                                std::size_t count, std::size_t min_compressed_bytes) {
+                                std::size_t count, std::size_t min_compressed_bytes,
+                                std::uint32_t stream_base = 0) {
   const auto world = static_cast<std::size_t>(comm.size());
   collective_call c{};
   c.kind = kind;
@@ -263,6 +265,7 @@ collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, re
   c.calls[0] = comm.next_call();
   if (kind == collective_kind::all_reduce) c.calls[1] = comm.next_call();
   c.uncompressed = gated_uncompressed(count, sizeof(T), min_compressed_bytes);
+  c.stream_base = stream_base;
   c.descriptor = describe_call<Q, T>(q, kind, op, count, comm.size(), min_compressed_bytes);
   const std::size_t packet_bytes = c.uncompressed
                                        ? layout_for<identity, T>(identity{}, c.shard).total

@@ -131,23 +131,24 @@ struct local_world {
 };
 
 /// Runs body(rank) on `world` threads (rank 0 on the caller's) and waits for all. When a rank
-/// throws, `barrier` is broken so the others leave any collective with a qsdp::error, and the first
-/// exception is rethrown here; a rank that returns departs, which releases ranks still waiting for
+/// throws, fail(rank, reason) breaks the barriers it shares with others, so they leave any
+/// collective with a qsdp::error (and, failing in turn, release theirs), and the first exception is
+/// rethrown here; a rank that returns calls depart(rank), which releases ranks still waiting for
 /// it.
-template <class Body>
-void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
+template <class Body, class Depart, class Fail>
+void run_rank_threads(int world, Body&& body, Depart&& depart, Fail&& fail) {
   std::mutex error_mutex;
   std::exception_ptr first_error;
   auto guarded = [&](int rank) {
     try {
       body(rank);
-      barrier.depart(rank);
+      depart(rank);
     } catch (...) {
       {
         std::lock_guard lock(error_mutex);
         if (!first_error) first_error = std::current_exception();
       }
-      barrier.break_with("rank " + std::to_string(rank) + " failed");
+      fail(rank, "rank " + std::to_string(rank) + " failed");
     }
   };
   std::vector<std::thread> threads;
@@ -156,6 +157,14 @@ void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
   guarded(0);
   for (auto& t : threads) t.join();
   if (first_error) std::rethrow_exception(first_error);
+}
+
+/// run_rank_threads for the ranks of one world that share `barrier`.
+template <class Body>
+void run_rank_threads(int world, breakable_barrier& barrier, Body&& body) {
+  run_rank_threads(
+      world, body, [&](int rank) { barrier.depart(rank); },
+      [&](int, const std::string& reason) { barrier.break_with(reason); });
 }
 
 /// A rank of an in-process world (local_communicator, cuda_local_communicator): its place among the
