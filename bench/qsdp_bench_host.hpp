@@ -37,7 +37,6 @@ namespace qsdp_bench::host {
 inline constexpr unsigned all_widths = 0x1FEu;
 inline constexpr unsigned rotated_widths = 0x114u;
 
-/// The compressed call of policy q on a host communicator (delta_gather: through `delta`).
 /// The compressed call of policy q on a host communicator (delta_gather: through `delta`), under
 /// the size gate --min-compressed (the identity calls that stand in for a plain exchange too).
 template <class T, class Q, class Comm>

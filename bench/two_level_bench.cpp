@@ -11,8 +11,8 @@
 //
 // Every call is timed after a barrier (the slowest rank's time; the median over -n iterations after
 // -w warm-up ones), and its error is the relative L2 distance to the float64 result, over all
-// ranks. Bucket 1024 throughout (hadamard: 1024 too). The size gate is left at its default (every
-// size here is above it).
+// ranks. Bucket 1024 throughout (hadamard: 1024 too). The size gate is left at its default (sizes
+// below 32 KiB per peer then move uncompressed).
 //
 //   mpirun -n 4 qsdp-bench-two-level --node-size 2 [-b 1M] [-e 64M] [-f 4] [-n 3] [-w 1]
 //          [--op reduce_scatter|all_gather|both] [--json FILE]
@@ -275,6 +275,8 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", g_rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks may be waiting in a collective
     status = 1;
   }
   MPI_Finalize();

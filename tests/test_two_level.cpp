@@ -76,6 +76,14 @@ TEST_CASE("identity at both levels: reduce_scatter and all_gather are exact, eve
           exact += grid_values(r, count * w)[static_cast<std::size_t>(comm.rank()) * count + i];
         if (out[i] != exact) ++wrong;
       }
+      // all_reduce: the exact sum, a count that is not a multiple of the world (padded shards).
+      auto data = grid_values(comm.rank(), count + 1);
+      qsdp::all_reduce(comm, q, data.data(), count + 1, qsdp::reduce_op::sum, compress_all);
+      for (std::size_t i = 0; i <= count; ++i) {
+        float exact = 0;
+        for (int r = 0; r < comm.size(); ++r) exact += grid_values(r, count + 1)[i];
+        if (data[i] != exact) ++wrong;
+      }
       // all_gather: every rank's shard in rank order.
       std::vector<float> full(count * w);
       qsdp::all_gather(comm, q, mine.data(), full.data(), count, compress_all);
@@ -138,6 +146,32 @@ TEST_CASE(
       CHECK(rel_l2(got, want) < 0.02);
     }
   }
+}
+
+TEST_CASE("the levels' random streams never overlap, for any rank of any grid shape") {
+  for (const shape s : shapes) {
+    const auto S = static_cast<std::size_t>(s.node_size), W = static_cast<std::size_t>(s.world);
+    const std::size_t N = W / S;
+    // Every (rank, level, stream) a call can draw: inside [base, base + S^2), across [base, + N^2).
+    std::vector<int> owner(W * (S + N), -1);
+    for (std::size_t rank = 0; rank < W; ++rank) {
+      const qsdp::detail::grid g{S, N, W, rank / S, rank % S};
+      const auto bases = qsdp::detail::level_stream_bases(g);
+      for (std::size_t k = 0; k < S * S; ++k) {  // the streams of node rank / S's reduce_scatter
+        int& o = owner[bases.inside + k];
+        CHECK((o == -1 || o == static_cast<int>(g.node)));  // shared only within one node's call
+        o = static_cast<int>(g.node);
+      }
+      for (std::size_t k = 0; k < N * N; ++k) {  // the streams of place rank % S across nodes
+        int& o = owner[bases.across + k];
+        CHECK((o == -1 || o == 1000 + static_cast<int>(g.place)));
+        o = 1000 + static_cast<int>(g.place);
+      }
+    }
+    qsdp::detail::check_level_streams({S, N, W, 0, 0}, "test");
+  }
+  CHECK_THROWS_WITH_AS(qsdp::detail::check_level_streams({1, 50000, 50000, 0, 0}, "where"),
+                       doctest::Contains("needs more random streams than there are"), qsdp::error);
 }
 
 TEST_CASE("below the size gate both levels move exact values") {

@@ -118,7 +118,12 @@ for ((i = 0; i < ranks; ++i)); do
     [[ "${inside}" == none ]] && inside=1000gbit
     ip netns exec "${ns}" tc qdisc add dev eth0 root handle 1: htb default 20 ||
       cannot "tc could not shape the link (no sch_htb in this kernel?)"
-    ip netns exec "${ns}" tc class add dev eth0 parent 1: classid 1:10 htb rate "${inside}"
+    inside_bits=$(numfmt --from=si "$(tr 'kmgt' 'KMGT' <<<"${inside%bit}")") ||
+      die "--inside-rate ${inside_rate}: expected a rate such as 10gbit, or none"
+    inside_burst=$((inside_bits / 8 / 250))  # 4 ms at the rate, as for --rate
+    (( inside_burst < 65536 )) && inside_burst=65536
+    ip netns exec "${ns}" tc class add dev eth0 parent 1: classid 1:10 htb rate "${inside}" \
+      burst "${inside_burst}" cburst "${inside_burst}"
     ip netns exec "${ns}" tc class add dev eth0 parent 1: classid 1:20 htb rate "${rate}" burst "${burst}"
     first=$(( i / node_size * node_size ))
     for ((peer = first; peer < first + node_size; ++peer)); do

@@ -57,6 +57,12 @@ struct call_options {
   /// descriptor travels in front of its values and is checked before they are used, instead of in a
   /// round trip of its own. 0 compresses every call. Part of the call's signature: every rank must
   /// pass the same value (a rank that passes another makes every rank throw, like another policy).
+  /// One limit, as on the device (docs/cuda.md): once a signature has been agreed, its repeats skip
+  /// the separate round trip, so a rank that repeats an agreed gated call while another makes a
+  /// different one (another count or gate) exchanges blocks of another size; local_communicator
+  /// then throws on every rank, over MPI it is an erroneous program (a fault_options::timeout
+  /// bounds the wait). A gated all_reduce sends its whole buffer to every peer: world x the buffer
+  /// per rank, which the 32 KiB default keeps small for the worlds it was measured on (4 ranks).
   std::size_t min_compressed_bytes = default_min_compressed_bytes;
 };
 

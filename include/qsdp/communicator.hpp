@@ -282,20 +282,22 @@ two_level<Node, Cross>::two_level(Node& node, Cross& cross) : node_(node), cross
   constexpr const char* where = "qsdp::two_level";
   const detail::grid_place mine{node.size(), node.rank(), cross.size(), cross.rank()};
   // Over the cross communicator: its ranks must all sit at the same place of nodes of one size.
-  std::vector<detail::grid_place> across(static_cast<std::size_t>(cross.size()));
+  // Received into the communicators' workspaces, not the heap: an MPI exchange that timed out
+  // stays pending and may still write there (mpi_communicator).
+  auto* const across = reinterpret_cast<detail::grid_place*>(
+      cross.workspace().get(static_cast<std::size_t>(cross.size()) * sizeof mine));
   cross.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine),
-                         reinterpret_cast<std::byte*>(across.data()), sizeof mine);
+                         reinterpret_cast<std::byte*>(across), sizeof mine);
   std::string problem;
   if (const int r = detail::first_differing(
-          across.data(), cross.size(), [](const detail::grid_place& p) { return p.node_size; });
+          across, cross.size(), [](const detail::grid_place& p) { return p.node_size; });
       r >= 0)
     problem = "the node of cross rank " + std::to_string(r) + " has " +
               std::to_string(across[static_cast<std::size_t>(r)].node_size) +
               " ranks, cross rank 0's " + std::to_string(across[0].node_size) +
               ": every node must have as many ranks (the world is not a multiple of the node size)";
-  else if (const int q =
-               detail::first_differing(across.data(), cross.size(),
-                                       [](const detail::grid_place& p) { return p.node_rank; });
+  else if (const int q = detail::first_differing(
+               across, cross.size(), [](const detail::grid_place& p) { return p.node_rank; });
            q >= 0)
     problem = "cross rank " + std::to_string(q) + " is rank " +
               std::to_string(across[static_cast<std::size_t>(q)].node_rank) +
@@ -308,12 +310,13 @@ two_level<Node, Cross>::two_level(Node& node, Cross& cross) : node_(node), cross
     std::int32_t failed;
   };
   const verdict said{mine, problem.empty() ? 0 : 1};
-  std::vector<verdict> within(static_cast<std::size_t>(node.size()));
+  auto* const within = reinterpret_cast<verdict*>(
+      node.workspace().get(static_cast<std::size_t>(node.size()) * sizeof said));
   node.all_gather_bytes(reinterpret_cast<const std::byte*>(&said),
-                        reinterpret_cast<std::byte*>(within.data()), sizeof said);
+                        reinterpret_cast<std::byte*>(within), sizeof said);
   if (problem.empty()) {
     std::vector<detail::grid_place> places;
-    for (const verdict& v : within) places.push_back(v.place);
+    for (int r = 0; r < node.size(); ++r) places.push_back(within[r].place);
     if (const int r = detail::first_differing(places.data(), node.size(),
                                               [](const detail::grid_place& p) { return p.nodes; });
         r >= 0)
@@ -332,7 +335,7 @@ two_level<Node, Cross>::two_level(Node& node, Cross& cross) : node_(node), cross
                 std::to_string(places[0].node_index) +
                 ": the ranks of a node must share their cross rank (the node's index)";
     else
-      for (std::size_t r = 0; r < within.size(); ++r)
+      for (int r = 0; r < node.size(); ++r)
         if (within[r].failed) {
           problem = "node rank " + std::to_string(r) +
                     " found the cross communicators inconsistent (its error names how)";

@@ -163,11 +163,18 @@ static_assert(communicator<mpi_communicator>);
 /// `comm` into nodes -- the ranks that share memory (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED),
 /// or, with node_size > 0, runs of node_size consecutive ranks (to emulate nodes on one machine) --
 /// and into one cross communicator per place in the node (MPI_Comm_split by the rank in the node).
-/// Owns and frees both communicators; `comm` is the caller's and must outlive this object. Every
-/// rank must construct it at the same time (collective over comm). Throws qsdp::error on every
-/// rank when comm's size is not a multiple of node_size, or when the shared-memory nodes differ
-/// in size (two_level's check). Both communicators inherit comm's error handler; options apply to
-/// both levels.
+/// Owns and frees both communicators; `comm` is the caller's and must outlive this object, and it
+/// must be destroyed before MPI_Finalize (after it, the communicators are left to MPI). Every rank
+/// must construct it at the same time (collective over comm). Throws qsdp::error on every rank when
+/// comm's size is not a multiple of node_size, or when the shared-memory nodes differ in size
+/// (two_level's check). Both communicators inherit comm's error handler; options apply to both
+/// levels.
+///
+/// Rank order: pair().rank() = node index x node size + rank in the node, the nodes ordered by
+/// their lowest rank in comm and the ranks of a node by their rank in comm. That is comm's own
+/// order when each node holds consecutive ranks (mpirun's default placement, and always with
+/// node_size), but not under a round-robin placement (--map-by node): the chunks of reduce_scatter
+/// and the blocks of all_gather follow pair().rank(), so check it against your own rank there.
 class mpi_two_level {
  public:
   explicit mpi_two_level(MPI_Comm comm, int node_size = 0, fault_options options = {})
@@ -192,7 +199,9 @@ class mpi_two_level {
     owned_comm(const owned_comm&) = delete;
     owned_comm& operator=(const owned_comm&) = delete;
     ~owned_comm() {
-      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm);
     }
   };
 
@@ -215,13 +224,17 @@ class mpi_two_level {
     return node;
   }
 
+  /// One communicator per place in the node, its ranks ordered by their node's lowest rank in comm,
+  /// so that the ranks of a node get the same index (their cross rank) at every place.
   static MPI_Comm split_cross(MPI_Comm comm, MPI_Comm node) {
     constexpr const char* where = "qsdp::mpi_two_level";
-    int rank = 0, place = 0;
+    int rank = 0, place = 0, leader = 0;
     detail::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", where);
     detail::mpi_check(MPI_Comm_rank(node, &place), "MPI_Comm_rank", where);
+    detail::mpi_check(MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce",
+                      where);
     MPI_Comm cross = MPI_COMM_NULL;
-    detail::mpi_check(MPI_Comm_split(comm, place, rank, &cross), "MPI_Comm_split", where);
+    detail::mpi_check(MPI_Comm_split(comm, place, leader, &cross), "MPI_Comm_split", where);
     return cross;
   }
 

@@ -14,12 +14,14 @@
 // Before any of it, the ranks agree on the whole call at both levels (two_level_agreement), so a
 // rank that called differently makes every rank throw, not only the ranks of its node or place.
 //
-// Random streams: each level's exchanges draw from their communicator's call counter and the
-// streams of their ranks, offset (plan_collective's stream_base) so that no two encodes of one
-// call share numbers: the reduce_scatter within node n from n x node_size^2, the exchanges across
-// nodes of place l from l x nodes^2. The all_gather within a node has no offset on purpose: every
-// node encodes the same across-decoded shards there, and drawing the same numbers is what makes
-// every node's result the same bits.
+// Random streams: each level's exchanges draw from their communicator's call counter (the two
+// counters advance together, so their indices are equal) and the streams of their ranks, offset
+// (plan_collective's stream_base, level_stream_bases) so that no two encodes of one call share
+// numbers even when both policies have the same seed: the reduce_scatter within node n takes
+// streams n x node_size^2 + [0, node_size^2), the exchanges across nodes of place l world x
+// node_size + l x nodes^2 + [0, nodes^2), after every inside stream. The all_gather within a node
+// has no offset on purpose: every node encodes the same across-decoded shards there, and drawing
+// the same numbers is what makes every node's result the same bits.
 #pragma once
 
 #include <algorithm>
@@ -48,6 +50,28 @@ grid grid_of(two_level<Node, Cross>& comm) {
           static_cast<std::size_t>(comm.node().rank())};
 }
 
+/// The stream offsets of a rank's two levels (see the file comment): `inside` for its node's
+/// reduce_scatter, `across` for its place's exchanges across nodes. The ranges they start are
+/// disjoint for all ranks and both levels.
+struct stream_bases {
+  std::uint32_t inside, across;
+};
+
+inline stream_bases level_stream_bases(const grid& g) {
+  return {static_cast<std::uint32_t>(g.node * g.node_size * g.node_size),
+          static_cast<std::uint32_t>(g.world * g.node_size + g.place * g.nodes * g.nodes)};
+}
+
+/// The streams of the levels must stay below 2^31 (the Philox counter's domain bit).
+inline void check_level_streams(const grid& g, const char* where) {
+  const std::uint64_t end = std::uint64_t{g.world} * (g.node_size + g.nodes);
+  if (end >= (std::uint64_t{1} << 31))
+    throw qsdp::error(std::string(where) + ": world " + std::to_string(g.world) +
+                      " with nodes of " + std::to_string(g.node_size) +
+                      " needs more random streams than there are (world x (node size + nodes) "
+                      "must stay below 2^31)");
+}
+
 /// The ranks agree on a two-level call at both levels: within the node (every rank compares its
 /// node's descriptors, two per rank: inside and across), then across nodes (descriptors again, and
 /// whether the node found a mismatch), so that a mismatch anywhere makes every rank throw. Ranks of
@@ -60,10 +84,13 @@ void two_level_agreement(two_level<Node, Cross>& comm, const call_descriptor (&m
     std::uint64_t mismatch_in_node;  // 0, or 1 + the first node rank that called differently
   };
   const grid g = grid_of(comm);
-  std::vector<said> node_calls(g.node_size);
+  // Received into the levels' workspaces, not the heap: an MPI exchange that timed out stays
+  // pending and may still write there (mpi_communicator).
+  auto* const node_calls =
+      reinterpret_cast<said*>(comm.node().workspace().get(g.node_size * sizeof(said)));
   said me{{mine[0], mine[1]}, 0};
   comm.node().all_gather_bytes(reinterpret_cast<const std::byte*>(&me),
-                               reinterpret_cast<std::byte*>(node_calls.data()), sizeof me);
+                               reinterpret_cast<std::byte*>(node_calls), sizeof me);
   std::string problem;
   for (std::size_t r = 1; r < g.node_size && problem.empty(); ++r)
     for (int level = 0; level < 2 && problem.empty(); ++level) {
@@ -75,9 +102,10 @@ void two_level_agreement(two_level<Node, Cross>& comm, const call_descriptor (&m
         me.mismatch_in_node = 1 + r;
       }
     }
-  std::vector<said> cross_calls(g.nodes);
+  auto* const cross_calls =
+      reinterpret_cast<said*>(comm.cross().workspace().get(g.nodes * sizeof(said)));
   comm.cross().all_gather_bytes(reinterpret_cast<const std::byte*>(&me),
-                                reinterpret_cast<std::byte*>(cross_calls.data()), sizeof me);
+                                reinterpret_cast<std::byte*>(cross_calls), sizeof me);
   for (std::size_t n = 0; n < g.nodes && problem.empty(); ++n) {
     if (cross_calls[n].mismatch_in_node)
       problem = "on node " + std::to_string(n) + ", rank " +
@@ -111,8 +139,10 @@ grid begin_two_level(two_level<Node, Cross>& comm, const level_policies<Inside, 
                                                             options.min_compressed_bytes),
                                    describe_call<Across, T>(q.across, kind, op, count, comm.size(),
                                                             options.min_compressed_bytes)};
+  const grid g = grid_of(comm);
+  check_level_streams(g, where);
   two_level_agreement(comm, mine, where);
-  return grid_of(comm);
+  return g;
 }
 
 /// The reduce_scatter of `count` values per rank in `scratch`: `permuted` (world x count values)
@@ -130,10 +160,10 @@ void two_level_scatter(two_level<Node, Cross>& comm, const grid& g,
                     send + (n * g.node_size + l) * count, count * sizeof(T));
   run_host_collective(comm.node(), q.inside, collective_kind::reduce_scatter, op, permuted, partial,
                       count * g.nodes, options, "qsdp::reduce_scatter (two-level, within the node)",
-                      static_cast<std::uint32_t>(g.node * g.node_size * g.node_size));
+                      level_stream_bases(g).inside);
   run_host_collective(comm.cross(), q.across, collective_kind::reduce_scatter, op, partial, recv,
                       count, options, "qsdp::reduce_scatter (two-level, across nodes)",
-                      static_cast<std::uint32_t>(g.place * g.nodes * g.nodes));
+                      level_stream_bases(g).across);
 }
 
 /// The all_gather of `count` values per rank in `scratch`: `mine` (nodes x count: my place's
@@ -144,7 +174,7 @@ void two_level_gather(two_level<Node, Cross>& comm, const grid& g,
                       std::size_t count, call_options options, T* mine, T* gathered) {
   run_host_collective(comm.cross(), q.across, collective_kind::all_gather, reduce_op::sum, send,
                       mine, count, options, "qsdp::all_gather (two-level, across nodes)",
-                      static_cast<std::uint32_t>(g.place * g.nodes * g.nodes));
+                      level_stream_bases(g).across);
   run_host_collective(comm.node(), q.inside, collective_kind::all_gather, reduce_op::sum,
                       static_cast<const T*>(mine), gathered, count * g.nodes, options,
                       "qsdp::all_gather (two-level, within the node)", 0u);
