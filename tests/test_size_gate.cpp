@@ -212,11 +212,12 @@ void expect_every_rank_throws(Body body, const char* needle) {
 }  // namespace
 
 TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
-  std::vector<float> in(3 * 4000, 1.0f), out(3 * 4000);
+  const std::vector<float> in(3 * 4000, 1.0f);  // read by every rank; each writes its own out
   const qsdp::uniform<8> q{};
   // Another gate on rank 1, below it on every rank: named at the first call's agreement.
   expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
+        std::vector<float> out(3 * 4000);
         qsdp::all_gather(c, q, in.data(), out.data(), 100,
                          qsdp::call_options{.min_compressed_bytes = c.rank() == 1 ? 1024u : 2048u});
       },
@@ -224,6 +225,7 @@ TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
   // Rank 2 compresses (gate 0) what the others gate: the same agreement catches it.
   expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
+        std::vector<float> out(3 * 4000);
         qsdp::reduce_scatter(c, q, in.data(), out.data(), 100, qsdp::reduce_op::sum,
                              c.rank() == 2 ? compress_all : qsdp::call_options{});
       },
@@ -232,6 +234,7 @@ TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
   // front of the values catch it, before any value is used.
   expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
+        std::vector<float> out(3 * 4000);
         for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
           qsdp::reduce_scatter(c, q, in.data(), out.data(), 100, op);
         qsdp::reduce_scatter(c, q, in.data(), out.data(), 100,
@@ -241,6 +244,7 @@ TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
   // The same with another count: the blocks differ in size, which the transport refuses.
   expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
+        std::vector<float> out(3 * 4000);
         for (std::size_t n : {100, 200}) qsdp::all_gather(c, q, in.data(), out.data(), n);
         qsdp::all_gather(c, q, in.data(), out.data(), c.rank() == 0 ? 200 : 100);
       },
