@@ -11,6 +11,7 @@
 
 #include <qsdp/collectives.hpp>
 
+#include "rank_checks.hpp"
 #include "support.hpp"
 
 TEST_SUITE_BEGIN("collectives");
@@ -231,33 +232,13 @@ TEST_CASE("identity all_reduce sums exactly what a plain fp32 exchange would, fo
 }
 
 TEST_CASE("a rank that calls differently makes every rank throw an error naming the mismatch") {
-  auto expect_all_throw = [](auto body, const char* needle) {
-    std::atomic<int> thrown{0};
-    std::string message;
-    std::mutex m;
-    CHECK_THROWS_AS(qsdp::run_local(3,
-                                    [&](qsdp::local_communicator& comm) {
-                                      try {
-                                        body(comm);
-                                      } catch (const qsdp::error& e) {
-                                        ++thrown;
-                                        std::lock_guard lock(m);
-                                        message = e.what();
-                                        throw;
-                                      }
-                                    }),
-                    qsdp::error);
-    CHECK(thrown == 3);
-    INFO(message);
-    CHECK(message.find(needle) != std::string::npos);
-  };
   std::vector<float> in(3000, 1.0f), out(3000);
-  expect_all_throw(
+  expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
         qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), c.rank() == 1 ? 99 : 100);
       },
       "rank 1 called with count 99, rank 0 with 100");
-  expect_all_throw(
+  expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
         if (c.rank() == 2)
           qsdp::all_gather(c, qsdp::uniform<4>{}, in.data(), out.data(), 100);
@@ -265,13 +246,13 @@ TEST_CASE("a rank that calls differently makes every rank throw an error naming 
           qsdp::all_gather(c, qsdp::uniform<8>{}, in.data(), out.data(), 100);
       },
       "rank 2 called with bits 4, rank 0 with 8");
-  expect_all_throw(
+  expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
         qsdp::reduce_scatter(c, qsdp::symmetric<8>{.bucket_size = c.rank() == 1 ? 512u : 1024u},
                              in.data(), out.data(), 100, qsdp::reduce_op::sum);
       },
       "rank 1 called with bucket_size 512, rank 0 with 1024");
-  expect_all_throw(
+  expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
         if (c.rank() == 0)
           qsdp::reduce_scatter(c, qsdp::stochastic<8>{}, in.data(), out.data(), 100,
@@ -281,7 +262,7 @@ TEST_CASE("a rank that calls differently makes every rank throw an error naming 
                                qsdp::reduce_op::sum);
       },
       "called with quantizer uniform");
-  expect_all_throw(
+  expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
         qsdp::reduce_scatter(c, qsdp::uniform<8>{}, in.data(), out.data(), 100,
                              c.rank() == 2 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);

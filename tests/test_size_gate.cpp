@@ -11,6 +11,7 @@
 
 #include <qsdp/collectives.hpp>
 
+#include "rank_checks.hpp"
 #include "support.hpp"
 
 TEST_SUITE_BEGIN("size gate");
@@ -183,33 +184,6 @@ TEST_CASE("a gated call draws the call indices a compressed one would: later cal
   }
   CHECK(same_bits(after[0], after[1]));
 }
-
-namespace {
-
-/// Runs body on 3 ranks and expects every rank to throw a qsdp::error containing `needle`.
-template <class Body>
-void expect_every_rank_throws(Body body, const char* needle) {
-  std::atomic<int> thrown{0};
-  std::string message;
-  std::mutex m;
-  CHECK_THROWS_AS(qsdp::run_local(3,
-                                  [&](qsdp::local_communicator& comm) {
-                                    try {
-                                      body(comm);
-                                    } catch (const qsdp::error& e) {
-                                      ++thrown;
-                                      std::lock_guard lock(m);
-                                      message = e.what();
-                                      throw;
-                                    }
-                                  }),
-                  qsdp::error);
-  CHECK(thrown == 3);
-  INFO(message);
-  CHECK(message.find(needle) != std::string::npos);
-}
-
-}  // namespace
 
 TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
   const std::vector<float> in(3 * 4000, 1.0f);  // read by every rank; each writes its own out

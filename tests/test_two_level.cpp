@@ -25,17 +25,6 @@ namespace {
 using local_pair = qsdp::two_level<qsdp::local_communicator, qsdp::local_communicator>;
 constexpr qsdp::call_options compress_all{.min_compressed_bytes = 0};
 
-/// Values on a 1/4 grid below 2^10: every sum of up to 8 of them is exact in fp32.
-std::vector<float> grid_values(int rank, std::size_t n) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] =
-        static_cast<float>(
-            static_cast<int>((i * 7919 + static_cast<std::size_t>(rank) * 104729) % 4096) - 2048) /
-        4.0f;
-  return v;
-}
-
 std::vector<float> gradients(int rank, std::size_t n) {
   return make_data(distribution::gradient_with_outliers, n, static_cast<std::uint32_t>(50 + rank));
 }
@@ -66,22 +55,23 @@ TEST_CASE("identity at both levels: reduce_scatter and all_gather are exact, eve
       const auto w = static_cast<std::size_t>(comm.size());
       const qsdp::level_policies q{qsdp::identity{}, qsdp::identity{}};
       // reduce_scatter: my chunk of the sum of every rank's values.
-      const auto mine = grid_values(comm.rank(), count * w);
+      const auto mine = exact_sum_values(comm.rank(), count * w);
       std::vector<float> out(count);
       qsdp::reduce_scatter(comm, q, mine.data(), out.data(), count, qsdp::reduce_op::sum,
                            compress_all);
       for (std::size_t i = 0; i < count; ++i) {
         float exact = 0;
         for (int r = 0; r < comm.size(); ++r)
-          exact += grid_values(r, count * w)[static_cast<std::size_t>(comm.rank()) * count + i];
+          exact +=
+              exact_sum_values(r, count * w)[static_cast<std::size_t>(comm.rank()) * count + i];
         if (out[i] != exact) ++wrong;
       }
       // all_reduce: the exact sum, a count that is not a multiple of the world (padded shards).
-      auto data = grid_values(comm.rank(), count + 1);
+      auto data = exact_sum_values(comm.rank(), count + 1);
       qsdp::all_reduce(comm, q, data.data(), count + 1, qsdp::reduce_op::sum, compress_all);
       for (std::size_t i = 0; i <= count; ++i) {
         float exact = 0;
-        for (int r = 0; r < comm.size(); ++r) exact += grid_values(r, count + 1)[i];
+        for (int r = 0; r < comm.size(); ++r) exact += exact_sum_values(r, count + 1)[i];
         if (data[i] != exact) ++wrong;
       }
       // all_gather: every rank's shard in rank order.
@@ -89,7 +79,7 @@ TEST_CASE("identity at both levels: reduce_scatter and all_gather are exact, eve
       qsdp::all_gather(comm, q, mine.data(), full.data(), count, compress_all);
       for (int r = 0; r < comm.size(); ++r)
         if (std::memcmp(full.data() + static_cast<std::size_t>(r) * count,
-                        grid_values(r, count * w).data(), count * sizeof(float)) != 0)
+                        exact_sum_values(r, count * w).data(), count * sizeof(float)) != 0)
           ++wrong;
     });
     CHECK(wrong == 0);
@@ -178,11 +168,11 @@ TEST_CASE("below the size gate both levels move exact values") {
   qsdp::run_local_nodes(6, 3, [&](local_pair& comm) {
     const std::size_t count = 100;  // 400 bytes per peer at both levels: gated
     const qsdp::level_policies q{qsdp::stochastic<4>{}, qsdp::stochastic<2>{}};
-    const auto mine = grid_values(comm.rank(), count);
+    const auto mine = exact_sum_values(comm.rank(), count);
     std::vector<float> full(count * 6);
     qsdp::all_gather(comm, q, mine.data(), full.data(), count);
     for (int r = 0; r < 6; ++r)
-      CHECK(std::memcmp(full.data() + r * 100, grid_values(r, count).data(), 400) == 0);
+      CHECK(std::memcmp(full.data() + r * 100, exact_sum_values(r, count).data(), 400) == 0);
   });
 }
 

@@ -16,26 +16,17 @@
 #include <qsdp/mpi.hpp>
 
 #include "mpi_check.hpp"
+#include "support.hpp"
 
 namespace {
 
 using qsdp_mpi_test::check;
 using qsdp_mpi_test::check_throws;
 using qsdp_mpi_test::g_rank;
+using qsdp_test::exact_sum_values;
 int g_world = 1;
 
 constexpr qsdp::call_options compress_all{.min_compressed_bytes = 0};
-
-/// Values on a 1/4 grid below 2^10: sums of up to 8 are exact in fp32, in any order.
-std::vector<float> grid_values(int rank, std::size_t n) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] =
-        static_cast<float>(
-            static_cast<int>((i * 7919 + static_cast<std::size_t>(rank) * 104729) % 4096) - 2048) /
-        4.0f;
-  return v;
-}
 
 /// Whether every rank holds the same n floats in `v`.
 bool same_everywhere(const std::vector<float>& v) {
@@ -60,14 +51,14 @@ void check_node_size(int node_size) {
 
   // Identity at both levels against MPI's own collectives: exact.
   const qsdp::level_policies exact{qsdp::identity{}, qsdp::identity{}};
-  const auto full = grid_values(g_rank, count * w);
+  const auto full = exact_sum_values(g_rank, count * w);
   std::vector<float> ours(count), theirs(count);
   qsdp::reduce_scatter(comm, exact, full.data(), ours.data(), count, qsdp::reduce_op::sum,
                        compress_all);
   MPI_Reduce_scatter_block(full.data(), theirs.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                            MPI_COMM_WORLD);
   check(ours == theirs, "identity reduce_scatter equals MPI_Reduce_scatter_block, " + tag);
-  const auto shard = grid_values(g_rank, count);
+  const auto shard = exact_sum_values(g_rank, count);
   std::vector<float> gathered(count * w), expected(count * w);
   qsdp::all_gather(comm, exact, shard.data(), gathered.data(), count, compress_all);
   MPI_Allgather(shard.data(), static_cast<int>(count), MPI_FLOAT, expected.data(),
@@ -79,7 +70,7 @@ void check_node_size(int node_size) {
                                qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 256}}};
   qsdp::all_gather(comm, q, shard.data(), gathered.data(), count, compress_all);
   check(same_everywhere(gathered), "quantized all_gather bit-identical on every rank, " + tag);
-  auto data = grid_values(g_rank, 3 * count + 1);
+  auto data = exact_sum_values(g_rank, 3 * count + 1);
   qsdp::all_reduce(comm, q, data.data(), data.size(), qsdp::reduce_op::avg, compress_all);
   check(same_everywhere(data), "quantized all_reduce bit-identical on every rank, " + tag);
   // The default size gate: 100 values per peer move exact at both levels.
@@ -88,7 +79,7 @@ void check_node_size(int node_size) {
   bool exact_small = true;
   for (int r = 0; r < g_world; ++r)
     exact_small = exact_small && std::memcmp(small.data() + static_cast<std::size_t>(r) * 100,
-                                             grid_values(r, 100).data(), 400) == 0;
+                                             exact_sum_values(r, 100).data(), 400) == 0;
   check(exact_small, "gated two-level all_gather exact, " + tag);
 
   // The last rank calls with another across policy: every rank throws.

@@ -18,6 +18,18 @@
 
 namespace qsdp_test {
 
+/// Values on a 1/4 grid below 2^10 (rank r's own sequence): every sum of up to 8 of them is exact
+/// in fp32, in any order, so sums through any schedule can be compared bit for bit.
+inline std::vector<float> exact_sum_values(int rank, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] =
+        static_cast<float>(
+            static_cast<int>((i * 7919 + static_cast<std::size_t>(rank) * 104729) % 4096) - 2048) /
+        4.0f;
+  return v;
+}
+
 /// The message of the qsdp::error that body() throws, or "" when it throws none.
 inline std::string error_of(auto&& body) {
   try {
