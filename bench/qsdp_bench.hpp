@@ -57,6 +57,7 @@ struct options {
   bool ranks_given = false;
   std::string json;
   std::size_t min_compressed = qsdp::default_min_compressed_bytes;  // the size gate, per call
+  std::size_t max_pieces = qsdp::default_max_pieces;                // the pipeline, per call
   // --model: predict instead of measure (alpha-beta network, codec timed here or given).
   bool model = false;
   double link_gbps = 0;   // per-rank link rate, Gbit/s
@@ -64,6 +65,18 @@ struct options {
   double codec_gbps = 0;  // codec throughput (bytes read + written per second / 1e9); 0: measure
   int codec_threads = 0;  // threads sharing the CPU while the codec is timed (0: --ranks)
 };
+
+/// Bytes of the packets a rank sends each peer for `count` values: one packet per pipeline piece
+/// (call_options::max_pieces; docs/wire-format.md, "Pieces").
+template <class T, class Q>
+std::size_t wire_bytes(const Q& q, std::size_t count, std::size_t max_pieces) {
+  const qsdp::detail::piece_plan pieces =
+      qsdp::detail::plan_pieces(count, sizeof(T), qsdp::detail::piece_alignment(q), max_pieces);
+  std::size_t total = 0;
+  for (std::size_t p = 0; p < pieces.count; ++p)
+    total += qsdp::compressed_size<T>(q, pieces.values_of(p, count));
+  return total;
+}
 
 [[noreturn]] inline void usage_error(const std::string& message) {
   throw std::invalid_argument("qsdp-bench: " + message + " (qsdp-bench --help lists the options)");
@@ -130,6 +143,8 @@ inline const char* help_text =
     "  --min-compressed SIZE  the size gate (call_options::min_compressed_bytes): calls that send\n"
     "                         each peer fewer bytes go uncompressed; 0 compresses every size\n"
     "                         (default: the library's, 32K)\n"
+    "  --max-pieces N         the pipeline (call_options::max_pieces): pieces per phase, 1 runs\n"
+    "                         each phase whole (default: the library's, 2)\n"
     "  --model                predict the times instead (alpha-beta): needs --link-gbps; --ranks "
     "is n\n"
     "  --link-gbps G          per-rank link rate in Gbit/s (model)\n"
@@ -200,6 +215,9 @@ inline options parse(int argc, char** argv) {
       o.json = value;
     else if (flag == "--min-compressed")
       o.min_compressed = parse_size(value, "--min-compressed");
+    else if (flag == "--max-pieces")
+      o.max_pieces = static_cast<std::size_t>(
+          parse_int(value, "--max-pieces", 1, static_cast<int>(qsdp::max_pieces_limit)));
     else if (flag == "--link-gbps")
       o.link_gbps = std::strtod(value.c_str(), nullptr);
     else if (flag == "--latency-us")
@@ -367,9 +385,10 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
     out.plain_busbw = algbw_plain * factor;
     const std::size_t packet_count =
         o.op == op_kind::all_reduce ? (count + world - 1) / world : count;
-    // delta_gather sends float differences.
-    out.wire = o.op == op_kind::delta_gather ? qsdp::compressed_size<float>(q, packet_count)
-                                             : qsdp::compressed_size<T>(q, packet_count);
+    // delta_gather sends float differences, in the library's default pieces.
+    out.wire = o.op == op_kind::delta_gather
+                   ? wire_bytes<float>(q, packet_count, qsdp::default_max_pieces)
+                   : wire_bytes<T>(q, packet_count, o.max_pieces);
     out.plain_wire = packet_count * sizeof(T);
     if (o.check) {
       if (r.advance) r.advance();
@@ -460,11 +479,11 @@ inline void write_json(const std::string& path, const options& o, const std::str
       f,
       "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bits\": %d, \"bucket\": %zu, \"dtype\": \"%s\", "
       "\"data\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"iterations\": %d, \"warmup\": %d, "
-      "\"min_compressed_bytes\": %zu, \"link\": %s, \"rows\": [",
+      "\"min_compressed_bytes\": %zu, \"max_pieces\": %zu, \"link\": %s, \"rows\": [",
       op_name(o.op), policy.c_str(), o.quantizer == "identity" ? 0 : o.bits, o.bucket,
       o.dtype.c_str(), gradient_data(o) ? "gradients" : "weights",
       o.model ? "model" : o.backend.c_str(), world, o.iterations, o.warmup, o.min_compressed,
-      link.c_str());
+      o.max_pieces, link.c_str());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     // Nine significant digits: std::to_string's fixed six decimals would turn an error of 4.8e-08

@@ -269,7 +269,11 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
     report(o, policy, 0, o.ranks, model_sweep<T>(o, q));
     return;
   }
-  const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed};
+  const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed,
+                                .max_pieces = o.max_pieces};
+  // The identity calls that stand in for a plain exchange run whole: a plain exchange has no codec
+  // to overlap, and the baseline stays the same whatever --max-pieces says.
+  const qsdp::call_options plain_gate{.min_compressed_bytes = o.min_compressed, .max_pieces = 1};
   if (o.backend == "local") {
     qsdp::run_local(
         o.ranks,
@@ -284,7 +288,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
                 collective(comm, q, o.op, s, d, n, gate, weights.gather.get());
               },
               [&](const T* s, T* d, std::size_t n) {
-                collective(comm, qsdp::identity{}, o.op, s, d, n, gate);
+                collective(comm, qsdp::identity{}, o.op, s, d, n, plain_gate);
               },
               delta ? &weights : nullptr);
           const std::vector<row> rows = run_sweep(r, o, q);
@@ -312,7 +316,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
         if constexpr (sizeof(T) != 4) {
           // MPI has no bf16/half sum: the plain exchange of 16-bit values is the qsdp pipeline
           // unquantized.
-          collective(comm, qsdp::identity{}, o.op, s, d, n, gate);
+          collective(comm, qsdp::identity{}, o.op, s, d, n, plain_gate);
           return;
         } else if (o.op == op_kind::reduce_scatter) {
           rc = MPI_Reduce_scatter_block(s, d, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

@@ -138,7 +138,8 @@ std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int d
     out_values = out_count;
     sync();
   };
-  const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed};
+  const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed,
+                                .max_pieces = o.max_pieces};
   r.compressed = [&](std::size_t count) {
     switch (o.op) {
       case op_kind::all_gather:

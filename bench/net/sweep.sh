@@ -8,19 +8,20 @@
 #   sudo bench/net/sweep.sh OUT_DIR [--bench build/release/bench/qsdp-bench] [--rates "1gbit 10gbit"]
 #                           [--dtypes "float bf16"] [--bits "8 4 2"] [--iters 3] [--min 4M] [--max 1G]
 #                           [--identity 1] [--ops "all_gather reduce_scatter"] [--warmup 1]
-#                           [--factor 4] [--gate SIZE]
+#                           [--factor 4] [--gate SIZE] [--pieces N]
 #
 # --min / --max are whole-buffer sizes (qsdp-bench -b / -e, stepped by --factor): with 4 ranks, --min
 # 16K --max 16M is 4 KiB to 4 MiB per rank, the small sizes where compression's fixed costs show.
 # --gate passes qsdp-bench --min-compressed (the size gate; 0 compresses every size; default: the
-# library's).
+# library's). --pieces passes qsdp-bench --max-pieces (the pipeline; 1 runs every phase whole;
+# default: the library's).
 #
 # Takes about an hour on a 2-core VM (most of it plain MPI_Reduce_scatter_block at 1 Gbit/s). Progress
 # goes to stderr, one line per run with its duration. Exit status: the first failing run's.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "${here}/../.." && pwd)"
-[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,19p' "$0"; exit 0; }
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,21p' "$0"; exit 0; }
 [[ $# -ge 1 && "$1" != -* ]] || { echo "usage: bench/net/sweep.sh OUT_DIR [options] (--help)" >&2; exit 2; }
 out="$1"; shift
 bench="${root}/build/release/bench/qsdp-bench"
@@ -35,6 +36,7 @@ ops="all_gather reduce_scatter"
 warmup=1
 factor=4
 gate=()
+pieces=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bench) bench="$2"; shift 2 ;;
@@ -49,13 +51,14 @@ while [[ $# -gt 0 ]]; do
     --identity) identity="$2"; shift 2 ;;
     --factor) factor="$2"; shift 2 ;;
     --gate) gate=(--min-compressed "$2"); shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --pieces) pieces=(--max-pieces "$2"); shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench/net/sweep.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "${out}"
 # nccl-tests sizes are the whole buffer: with 4 ranks, 4M..1G is 1..256 MiB per rank.
-common=(-b "${min}" -e "${max}" -f "${factor}" -n "${iters}" -w "${warmup}" "${gate[@]}")
+common=(-b "${min}" -e "${max}" -f "${factor}" -n "${iters}" -w "${warmup}" "${gate[@]}" "${pieces[@]}")
 started=$(date +%s)
 one() {  # name, qsdp-bench arguments...
   local name="$1"; shift

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "call_options.hpp"
 #include "codec.hpp"
 #include "communicator.hpp"
 #include "quantizers.hpp"
@@ -40,31 +41,6 @@ namespace qsdp {
 
 /// How reduce_scatter and all_reduce combine the ranks' values.
 enum class reduce_op : std::uint32_t { sum = 1, avg = 2 };
-
-/// call_options::min_compressed_bytes unless the caller says otherwise: 32 KiB per peer. Measured
-/// on 4 ranks over shaped 1 and 10 Gbit/s links (docs/benchmarks.md, "The size gate"), compressing
-/// fp32 at 8 bits starts to pay between 16 and 64 KiB per rank; below that, a compressed call
-/// (encode, exchange, decode) costs more than moving the values as they are.
-inline constexpr std::size_t default_min_compressed_bytes = 32 * 1024;
-
-/// Options of one collective call: the last argument of every collective, defaulted.
-struct call_options {
-  /// The size gate. A call in which every rank sends each peer fewer than this many bytes of
-  /// uncompressed values -- count * sizeof(T) for all_gather and reduce_scatter, the whole buffer
-  /// for all_reduce -- moves its values uncompressed instead, exactly as the policy qsdp::identity
-  /// would (reduce_scatter and all_reduce still sum in fp32 in rank order, so results stay
-  /// bit-identical across ranks and between host and device), and in one exchange: each rank's call
-  /// descriptor travels in front of its values and is checked before they are used, instead of in a
-  /// round trip of its own. 0 compresses every call. Part of the call's signature: every rank must
-  /// pass the same value (a rank that passes another makes every rank throw, like another policy).
-  /// One limit, as on the device (docs/cuda.md): once a signature has been agreed, its repeats skip
-  /// the separate round trip, so a rank that repeats an agreed gated call while another makes a
-  /// different one (another count or gate) exchanges blocks of another size; local_communicator
-  /// then throws on every rank, over MPI it is an erroneous program (a fault_options::timeout
-  /// bounds the wait). A gated all_reduce sends its whole buffer to every peer: world x the buffer
-  /// per rank, which the 32 KiB default keeps small for the worlds it was measured on (4 ranks).
-  std::size_t min_compressed_bytes = default_min_compressed_bytes;
-};
 
 // ---- Host buffers, over a communicator (local_communicator, mpi_communicator)
 // --------------------- Collective: every rank makes the same call (policy, bits, bucket size,

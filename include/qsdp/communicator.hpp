@@ -99,7 +99,9 @@ class host_workspace {
 ///   workspace()                          scratch owned by the communicator, reused across calls
 ///   next_call()                          a per-communicator call counter: every rank calls the
 ///                                        collectives in the same order, so indices agree across
-///                                        ranks
+///                                        ranks; consecutive calls return consecutive values (a
+///                                        call in pieces draws a run of them and numbers its
+///                                        pieces from the first)
 ///   memory                               memory_space of the buffers it moves
 /// Every call is collective: all ranks make it, in the same order, with the same n.
 template <class C>
@@ -111,6 +113,32 @@ concept communicator = requires(C& c, const std::byte* send, std::byte* recv, st
   { c.workspace() } -> std::same_as<host_workspace&>;
   { c.next_call() } -> std::convertible_to<std::uint64_t>;
   { C::memory } -> std::convertible_to<memory_space>;
+};
+
+/// Names an exchange that an overlapping_communicator has started and not yet waited for.
+struct exchange_ticket {
+  std::uint64_t id = 0;
+};
+
+/// A communicator that can keep exchanges in flight while its caller computes, which lets the
+/// collectives' pipelines (call_options::max_pieces) encode one piece while the previous one is on
+/// the wire:
+///   start_all_gather_bytes(send, recv, n), start_all_to_all_bytes(send, recv, n)
+///                                       as all_gather_bytes and all_to_all_bytes, started: until
+///                                       wait(ticket) returns, send must not change and recv must
+///                                       not be read
+///   wait(ticket)                        the exchange has completed (under fault_options)
+///   progress()                          lets started exchanges advance; never waits
+/// All ranks start the same exchanges in the same order; they may wait in any order. A blocking
+/// exchange started after them is ordered after them. Communicators without these run each
+/// exchange whole and the collectives send the same bytes, one piece after another.
+template <class C>
+concept overlapping_communicator = communicator<C> &&
+    requires(C& c, const std::byte* send, std::byte* recv, std::size_t n, exchange_ticket t) {
+  { c.start_all_gather_bytes(send, recv, n) } -> std::same_as<exchange_ticket>;
+  { c.start_all_to_all_bytes(send, recv, n) } -> std::same_as<exchange_ticket>;
+  c.wait(t);
+  c.progress();
 };
 
 /// How a communicator waits for its peers and what it does when one fails: the same options for
@@ -180,7 +208,10 @@ inline std::chrono::milliseconds checked_local_world(int world, const fault_opti
 /// run_local's default fault_options::timeout.
 inline constexpr std::chrono::milliseconds local_default_timeout = std::chrono::seconds(60);
 
-/// One rank of an in-process world (ranks are threads of run_local). Host memory.
+/// One rank of an in-process world (ranks are threads of run_local). Host memory. An
+/// overlapping_communicator whose started exchanges run when they are waited for (or when a later
+/// blocking exchange comes): the latest moment a transport may complete them, so the in-process
+/// tests catch a pipeline that reads a packet before waiting for it.
 class local_communicator : public detail::in_process_rank<detail::local_world> {
  public:
   static constexpr memory_space memory = memory_space::host;
@@ -190,12 +221,58 @@ class local_communicator : public detail::in_process_rank<detail::local_world> {
   host_workspace& workspace() noexcept { return workspace_; }
 
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    run_started(started_);
+    gather(send, recv, n);
+  }
+
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    run_started(started_);
+    scatter(send, recv, n);
+  }
+
+  exchange_ticket start_all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    return start({false, send, recv, n});
+  }
+  exchange_ticket start_all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    return start({true, send, recv, n});
+  }
+  /// Runs the started exchanges up to and including `ticket`, in the order they were started.
+  void wait(exchange_ticket ticket) { run_started(ticket.id + 1); }
+  void progress() noexcept {}
+
+ private:
+  struct started_exchange {
+    bool all_to_all;
+    const std::byte* send;
+    std::byte* recv;
+    std::size_t n;
+  };
+
+  exchange_ticket start(const started_exchange& e) {
+    queued_.push_back(e);
+    return {started_++};
+  }
+
+  /// Runs the started exchanges before number `end`; one that fails is not run again.
+  void run_started(std::uint64_t end) {
+    while (completed_ < end && !queued_.empty()) {
+      const started_exchange e = queued_.front();
+      queued_.pop_front();
+      ++completed_;
+      if (e.all_to_all)
+        scatter(e.send, e.recv, e.n);
+      else
+        gather(e.send, e.recv, e.n);
+    }
+  }
+
+  void gather(const std::byte* send, std::byte* recv, std::size_t n) {
     exchange(send, n, "all_gather_bytes", [&](int peer, const std::byte* data) {
       if (n) std::memcpy(recv + static_cast<std::size_t>(peer) * n, data, n);
     });
   }
 
-  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+  void scatter(const std::byte* send, std::byte* recv, std::size_t n) {
     const std::size_t mine = static_cast<std::size_t>(rank_) * n;
     exchange(send, n * static_cast<std::size_t>(size()), "all_to_all_bytes",
              [&](int peer, const std::byte* data) {
@@ -203,7 +280,6 @@ class local_communicator : public detail::in_process_rank<detail::local_world> {
              });
   }
 
- private:
   /// Post my buffer, wait for all, read every peer's buffer, wait until all have read.
   template <class Read>
   void exchange(const std::byte* send, std::size_t bytes, const char* what, Read&& read) {
@@ -213,9 +289,11 @@ class local_communicator : public detail::in_process_rank<detail::local_world> {
   }
 
   host_workspace workspace_;
+  std::deque<started_exchange> queued_;
+  std::uint64_t started_ = 0, completed_ = 0;
 };
 
-static_assert(communicator<local_communicator>);
+static_assert(overlapping_communicator<local_communicator>);
 
 /// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others
 /// are released from any collective with a qsdp::error and the first rank's exception is rethrown

@@ -26,6 +26,8 @@ namespace qsdp {
 class cuda_local_communicator : public detail::in_process_rank<detail::cuda_local_world> {
  public:
   static constexpr memory_space memory = memory_space::device;
+  /// Its exchanges may run on any stream of its device (the pipeline's second stream).
+  static constexpr bool exchanges_on_any_stream = true;
 
   cuda_local_communicator(detail::cuda_local_world& world, int rank, cudaStream_t stream)
       : in_process_rank(world, rank), stream_(stream) {}

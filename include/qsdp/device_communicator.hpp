@@ -19,11 +19,13 @@
 namespace qsdp {
 
 /// What the device collectives keep per communicator: the stream-ordered scratch, the channel
-/// through which decoding kernels report a peer's bad packet, and the call signatures all ranks
-/// have already agreed on (only a new signature costs a host round trip; see collectives.hpp).
+/// through which decoding kernels report a peer's bad packet, the call signatures all ranks have
+/// already agreed on (only a new signature costs a host round trip; see collectives.hpp), and the
+/// second stream on which pipelined calls run their exchanges.
 class device_state {
  public:
   detail::cuda::device_workspace workspace;
+  detail::cuda::exchange_lane lane;
   detail::cuda::failure_channel failures;
   detail::agreed_signatures agreed;
 };
@@ -39,6 +41,10 @@ class device_state {
 ///                                               counter in device memory (device_workspace's),
 ///                                               which starts from it at the first call
 ///   memory == memory_space::device
+/// Optional: `static constexpr bool exchanges_on_any_stream = true` says that its exchanges may be
+/// ordered on any stream of its device, which lets a pipelined call (call_options::max_pieces) run
+/// them on a second stream that overlaps the codec kernels; without it the pieces' exchanges stay
+/// on the caller's stream (the same bytes, one piece after another).
 template <class C>
 concept device_communicator = requires(C& c, const std::byte* send, std::byte* recv, std::size_t n,
                                        cudaStream_t stream) {

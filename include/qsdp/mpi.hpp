@@ -30,7 +30,8 @@
 //     MPI_Ialltoall) and is polled until it completes or the timeout passes; at the timeout this
 //     rank names itself, the call, the byte count and the timeout on stderr and calls MPI_Abort (or
 //     throws qsdp::timeout_error; see fault_options::abort_on_failure), and the launcher ends the
-//     job. Timeout 0 (the default) keeps the blocking calls, with no overhead. Every rank of a
+//     job. Timeout 0 (the default) keeps the blocking calls, with no overhead (a collective in
+//     pipeline pieces uses non-blocking ones either way, waited for in MPI_Wait). Every rank of a
 //     communicator must use the same setting, zero or not: MPI never matches a blocking collective
 //     with a non-blocking one, so mixed ranks would wait for each other forever.
 #pragma once
@@ -43,6 +44,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "communicator.hpp"
 #include "config.hpp"
@@ -107,6 +109,7 @@ class mpi_communicator {
       detail::mpi_all_gather_bytes(comm_, rank_, size_, send, recv, n, detail::mpi_max_chunk_bytes,
                                    options_);
     } catch (const timeout_error& e) {
+      abandon_started(MPI_REQUEST_NULL);
       become_unusable(e.what());
       throw;
     }
@@ -122,8 +125,67 @@ class mpi_communicator {
       detail::mpi_all_to_all_bytes(comm_, size_, send, recv, n, detail::mpi_max_chunk_bytes,
                                    options_);
     } catch (const timeout_error& e) {
+      abandon_started(MPI_REQUEST_NULL);
       become_unusable(e.what());
       throw;
+    }
+  }
+
+  /// The pipeline's exchanges (qsdp::overlapping_communicator): MPI_Iallgather and MPI_Ialltoall,
+  /// moved on by progress() and wait(). wait() blocks in MPI_Wait, or with a timeout polls as the
+  /// blocking exchanges do; a timed-out wait leaves this exchange and every other started one
+  /// pending inside MPI (their buffers are kept forever, as for the blocking exchanges). Use the
+  /// collectives rather than these, unless you write a pipeline of your own; then wait for every
+  /// started exchange before this object is destroyed or assigned to (MPI would still write into
+  /// the buffers of one that was not).
+  exchange_ticket start_all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    return start({MPI_Allgather, MPI_Iallgather, "MPI_Allgather", "MPI_Iallgather"}, send, recv, n,
+                 "qsdp::mpi_communicator::start_all_gather_bytes");
+  }
+  exchange_ticket start_all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    return start({MPI_Alltoall, MPI_Ialltoall, "MPI_Alltoall", "MPI_Ialltoall"}, send, recv, n,
+                 "qsdp::mpi_communicator::start_all_to_all_bytes");
+  }
+
+  void wait(exchange_ticket ticket) {
+    constexpr const char* where = "qsdp::mpi_communicator::wait";
+    throw_if_unusable(where);
+    if (ticket.id < first_started_ || ticket.id - first_started_ >= started_.size() ||
+        started_[static_cast<std::size_t>(ticket.id - first_started_)].waited)
+      throw qsdp::error(std::string(where) + ": ticket " + std::to_string(ticket.id) +
+                        " names no started exchange that was not waited for yet");
+    pending_start& pending = started_[static_cast<std::size_t>(ticket.id - first_started_)];
+    pending.waited = true;
+    if (pending.request != MPI_REQUEST_NULL) {
+      if (detail::effective_timeout(options_, mpi_default_timeout).count() == 0) {
+        detail::mpi_check(MPI_Wait(&pending.request, MPI_STATUS_IGNORE), "MPI_Wait", where);
+      } else {
+        try {
+          detail::mpi_wait_or_time_out(
+              pending.request, options_,
+              {comm_, where, pending.call, pending.bytes_per_rank, false, 0});
+        } catch (const timeout_error& e) {
+          abandon_started(pending.request);
+          become_unusable(e.what());
+          throw;
+        }
+      }
+    }
+    // Once every started exchange has been waited for, the list starts over.
+    for (const pending_start& p : started_)
+      if (!p.waited) return;
+    first_started_ += started_.size();
+    started_.clear();
+  }
+
+  /// One MPI_Test on the oldest unfinished exchange: MPI moves every pending call on inside it.
+  void progress() {
+    for (pending_start& p : started_) {
+      if (p.request == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      detail::mpi_check(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE), "MPI_Test",
+                        "qsdp::mpi_communicator::progress");
+      return;
     }
   }
 
@@ -148,16 +210,54 @@ class mpi_communicator {
     workspace_ = host_workspace{};
   }
 
+  /// A started exchange: its request (MPI_REQUEST_NULL once complete), what it moves (for a
+  /// timeout's message) and whether its ticket was waited for.
+  struct pending_start {
+    MPI_Request request;
+    const char* call;
+    std::size_t bytes_per_rank;
+    bool waited;
+  };
+
+  exchange_ticket start(const detail::mpi_collective_calls& calls, const std::byte* send,
+                        std::byte* recv, std::size_t n, const char* where) {
+    throw_if_unusable(where);
+    MPI_Request request = MPI_REQUEST_NULL;
+    try {
+      request = detail::mpi_start_exchange(calls, comm_, size_, send, recv, n,
+                                           detail::mpi_max_chunk_bytes, options_, where);
+    } catch (const timeout_error& e) {  // a whole exchange beyond the chunk limit timed out
+      abandon_started(MPI_REQUEST_NULL);
+      become_unusable(e.what());
+      throw;
+    }
+    started_.push_back({request, calls.nonblocking_name, n, false});
+    return {first_started_ + started_.size() - 1};
+  }
+
+  /// After a timeout: the started exchanges other than `timed_out` (already kept by
+  /// mpi_wait_or_time_out) stay pending forever too.
+  void abandon_started(MPI_Request timed_out) {
+    detail::mpi_abandoned_calls& abandoned = detail::mpi_abandoned_calls::get();
+    const std::lock_guard lock(abandoned.mutex);
+    for (pending_start& p : started_)
+      if (p.request != MPI_REQUEST_NULL && p.request != timed_out)
+        abandoned.requests.push_back(p.request);
+    started_.clear();
+  }
+
   MPI_Comm comm_;
   fault_options options_;
   int rank_ = 0;
   int size_ = 0;
   std::uint64_t calls_ = 0;
   host_workspace workspace_;
-  std::string unusable_because_;  // empty while usable
+  std::string unusable_because_;        // empty while usable
+  std::vector<pending_start> started_;  // exchanges started since all were last waited for
+  std::uint64_t first_started_ = 0;     // the ticket of started_[0]
 };
 
-static_assert(communicator<mpi_communicator>);
+static_assert(overlapping_communicator<mpi_communicator>);
 
 /// A two-level pair over MPI (the communicators of collectives.hpp's two-level calls): splits
 /// `comm` into nodes -- the ranks that share memory (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED),

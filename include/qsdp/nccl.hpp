@@ -56,6 +56,8 @@ inline constexpr std::chrono::milliseconds nccl_default_timeout = std::chrono::m
 class nccl_communicator {
  public:
   static constexpr memory_space memory = memory_space::device;
+  /// Its exchanges may run on any stream of its device (the pipeline's second stream).
+  static constexpr bool exchanges_on_any_stream = true;
 
   /// Wraps `comm`, which the caller keeps owning (and destroys after this object, unless a
   /// qsdp::error said the communicator was aborted: then ncclCommAbort has freed it). Checks the
@@ -257,12 +259,11 @@ class nccl_communicator {
   /// The event synchronize() records, created on first use on the communicator's device.
   cudaEvent_t completion_event(const char* where) {
     if (done_event_) return done_event_;
-    int current = 0;
-    detail::cuda::check(cudaGetDevice(&current), "cudaGetDevice", where);
-    if (current != device_) detail::cuda::check(cudaSetDevice(device_), "cudaSetDevice", where);
-    const cudaError_t created = cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming);
-    if (current != device_) (void)cudaSetDevice(current);
-    detail::cuda::check(created, "cudaEventCreateWithFlags", where);
+    detail::cuda::check(
+        detail::cuda::with_device(
+            device_, where,
+            [&] { return cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming); }),
+        "cudaEventCreateWithFlags", where);
     return done_event_;
   }
 

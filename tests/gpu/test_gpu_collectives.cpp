@@ -110,6 +110,22 @@ TEST_CASE("device reduce_scatter equals the host's, bit for bit") {
   }
 }
 
+TEST_CASE("device collectives in pipeline pieces equal the host's, bit for bit") {
+  // Above two qsdp::min_piece_bytes per peer a phase runs in pieces (call_options::max_pieces),
+  // each its own packets at its own call index: the device must cut and draw alike.
+  // The policy and type pairs of the cases above (tests/gpu/gpu_collectives.cu instantiates each
+  // pair once: every new one compiles a whole device pipeline).
+  constexpr std::size_t per_piece = qsdp::min_piece_bytes / sizeof(float);
+  // Three calls each: the device counter must move past every piece's call index.
+  compare<qsdp::stochastic<4>, float>(collective::all_gather, {.bucket_size = 333}, 3,
+                                      3 * per_piece + 1000, qsdp::reduce_op::sum, 3);
+  compare<qsdp::stochastic<8>, __nv_bfloat16>(collective::reduce_scatter, {.seed = 2}, 2,
+                                              4 * 2 * per_piece + 77, qsdp::reduce_op::avg, 3);
+  compare<qsdp::hadamard<qsdp::stochastic<4>>, float>(
+      collective::all_reduce, {{.bucket_size = 128, .seed = 2}}, 3, 3 * 2 * per_piece + 5,
+      qsdp::reduce_op::sum, 3);
+}
+
 TEST_CASE("device collectives of hadamard<Inner> equal the host's, bit for bit") {
   using rotated4 = qsdp::hadamard<qsdp::stochastic<4>>;
   for (const int world : {1, 2, 3, 4}) {

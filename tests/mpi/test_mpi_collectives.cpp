@@ -8,6 +8,7 @@
 // nonzero if any rank failed.
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -149,6 +150,34 @@ int main(int argc, char** argv) {
         check_policy(comm, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3}, "random_shift<8>",
                      count, options);
       }
+
+    // Pipelined calls: pieces of non-blocking exchanges (2 by default, and 3 with the last one
+    // shorter), waited for blocking and, with a timeout, polled.
+    qsdp::mpi_communicator polled(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(120)});
+    const std::size_t pieced = 3 * (qsdp::min_piece_bytes / sizeof(float)) + 1000;
+    for (qsdp::mpi_communicator* c : {&comm, &polled}) {
+      const qsdp::call_options options{.min_compressed_bytes = 0};
+      check_policy(*c, qsdp::identity{}, "identity (pieces)", pieced, options);
+      check_policy(*c, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3}, "stochastic<4> (pieces)",
+                   pieced, options);
+      check_policy(*c, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3},
+                   "random_shift<8> (pieces)", pieced, options);
+      check_policy(*c, qsdp::stochastic<8>{.bucket_size = 512, .seed = 4},
+                   "stochastic<8> (3 pieces)", pieced,
+                   qsdp::call_options{.min_compressed_bytes = 0, .max_pieces = 8});
+      // all_reduce in pieces (its shard, a world-th of the buffer, holds 3 minimum pieces):
+      // identity must give MPI_Allreduce's sums exactly (small integers: exact in any order).
+      const std::size_t total =
+          static_cast<std::size_t>(g_world) * 3 * (qsdp::min_piece_bytes / sizeof(float)) + 5;
+      std::vector<float> ours(total), theirs(total);
+      for (std::size_t i = 0; i < total; ++i)
+        ours[i] = static_cast<float>(static_cast<int>((i * 31 + g_rank * 17) % 64) - 32);
+      MPI_Allreduce(ours.data(), theirs.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+      qsdp::all_reduce(*c, qsdp::identity{}, ours.data(), total, qsdp::reduce_op::sum,
+                       qsdp::call_options{.min_compressed_bytes = 0, .max_pieces = 8});
+      check(ours == theirs, "identity all_reduce in pieces equals MPI_Allreduce");
+    }
 
     // A rank that calls with another count: every rank throws, naming it; nobody hangs.
     if (g_world > 1) {

@@ -167,6 +167,42 @@ void test_bad_arguments(qsdp::mpi_communicator& comm) {
       "chunk size is 0", "chunk size 0");
 }
 
+/// The pipeline's exchanges: started ones complete in any wait order with the data of their
+/// blocking twins; a ticket that names no started exchange is refused; a blocking exchange may
+/// follow.
+void test_started_exchanges(qsdp::mpi_communicator& comm) {
+  const auto w = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  std::vector<std::byte> gather_send(16), gathered(16 * w), scatter_send(8 * w), scattered(8 * w);
+  for (std::size_t i = 0; i < 16; ++i) gather_send[i] = static_cast<std::byte>(r * 16 + i);
+  for (std::size_t i = 0; i < 8 * w; ++i) scatter_send[i] = static_cast<std::byte>(r * 100 + i);
+  const qsdp::exchange_ticket a =
+      comm.start_all_gather_bytes(gather_send.data(), gathered.data(), 16);
+  const qsdp::exchange_ticket b =
+      comm.start_all_to_all_bytes(scatter_send.data(), scattered.data(), 8);
+  check(b.id == a.id + 1, "tickets count up");
+  for (int i = 0; i < 50; ++i) comm.progress();
+  comm.wait(b);  // out of order
+  comm.wait(a);
+  bool ok = true;
+  for (std::size_t peer = 0; peer < w; ++peer)
+    for (std::size_t i = 0; i < 16; ++i)
+      ok = ok && gathered[peer * 16 + i] == static_cast<std::byte>(peer * 16 + i);
+  check(ok, "started all_gather_bytes delivers every rank's block");
+  ok = true;
+  for (std::size_t peer = 0; peer < w; ++peer)
+    for (std::size_t i = 0; i < 8; ++i)
+      ok = ok && scattered[peer * 8 + i] == static_cast<std::byte>(peer * 100 + r * 8 + i);
+  check(ok, "started all_to_all_bytes delivers block r of every rank");
+  check_throws([&] { comm.wait(a); }, "not waited for yet", "a ticket waited for twice");
+  check_throws(
+      [&] { (void)comm.start_all_to_all_bytes(scatter_send.data(), scatter_send.data(), 8); },
+      "overlap", "started all_to_all_bytes send == recv");
+  std::vector<std::byte> after(16 * w);
+  comm.all_gather_bytes(gather_send.data(), after.data(), 16);
+  check(after == gathered, "a blocking exchange after started ones");
+}
+
 void test_counters_and_workspace(MPI_Comm world) {
   qsdp::mpi_communicator a(world);
   qsdp::mpi_communicator b(world);
@@ -372,6 +408,8 @@ int main(int argc, char** argv) {
     test_exchanges(timed);
     test_zero_bytes_with_null_buffers(timed);
     test_bad_arguments(timed);
+    test_started_exchanges(world);
+    test_started_exchanges(timed);
 
     // A sub-communicator (ranks split by parity, reversed order): rank(), size() and the exchanges
     // follow the wrapped communicator, not MPI_COMM_WORLD.

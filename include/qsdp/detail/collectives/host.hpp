@@ -71,19 +71,39 @@ class host_steps {
   void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
     qsdp::encode(q_, src, count, packet, rng_position{.call = key.call, .stream = key.stream});
   }
-  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+  /// The exchanges: started and waited for through the communicator when it overlaps them
+  /// (overlapping_communicator) and the call has pieces to overlap, else run whole when started
+  /// (a call of one piece has nothing to overlap, and MPI's blocking collectives are its fastest).
+  using ticket = exchange_ticket;
+  ticket start_all_gather(const std::byte* send, std::byte* recv, std::size_t n) {
+    if constexpr (overlapping_communicator<Comm>)
+      if (overlaps()) return comm_.start_all_gather_bytes(send, recv, n);
     comm_.all_gather_bytes(send, recv, n);
+    return {};
   }
-  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+  ticket start_all_to_all(const std::byte* send, std::byte* recv, std::size_t n) {
+    if constexpr (overlapping_communicator<Comm>)
+      if (overlaps()) return comm_.start_all_to_all_bytes(send, recv, n);
     comm_.all_to_all_bytes(send, recv, n);
+    return {};
+  }
+  void wait(ticket t) {
+    if constexpr (overlapping_communicator<Comm>)
+      if (overlaps()) comm_.wait(t);
+  }
+  void progress() {
+    if constexpr (overlapping_communicator<Comm>)
+      if (overlaps()) comm_.progress();
   }
 
-  /// Rank r's packet, its header checked, decoded to recv + r * count.
-  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+  /// Rank r's packet, its header checked, decoded to recv + r * stride.
+  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv,
+                   std::size_t stride) {
     for (int r = 0; r < world(); ++r) {
       const std::byte* packet = packets + static_cast<std::size_t>(r) * packet_bytes;
       check_received(q_, packet, count, element_tag, packet_bytes, r, where_);
-      qsdp::decode(q_, packet, count, recv + static_cast<std::size_t>(r) * count);
+      qsdp::decode(q_, packet, count, recv + static_cast<std::size_t>(r) * stride);
+      progress();
     }
   }
 
@@ -113,6 +133,8 @@ class host_steps {
   void finish() {}  // the host's call indices were drawn from the communicator when planned
 
  private:
+  bool overlaps() const { return plan_.pieces.count > 1; }
+
   static constexpr int element_tag = static_cast<int>(element_traits<T>::tag);
   Comm& comm_;
   const Q& q_;
@@ -196,8 +218,9 @@ void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op
   check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
   check_count(count, where);
   if (kind != collective_kind::all_gather) check_op(op, where);
+  check_max_pieces(options.max_pieces, where);
   const collective_call plan =
-      plan_collective<Q, T>(comm, q, kind, op, count, options.min_compressed_bytes, stream_base);
+      plan_collective<Q, T>(comm, q, kind, op, count, options, stream_base);
   std::byte* const scratch =
       comm.workspace().get(plan.uncompressed ? plan.gated.total : plan.scratch.total);
   if (plan.uncompressed) {

@@ -8,15 +8,29 @@
 //   all_reduce:     reduce_scatter of the data padded to world shards, then all_gather of the
 //                   reduced shard (every rank ends bit-identical)
 //
+// Each phase runs in pieces (plan_pieces, call_options::max_pieces): piece p's exchange is started
+// as soon as its packets are encoded and waited for only after piece p + 1 has been encoded, so
+// the codec works while the wire carries the previous piece; a transport that cannot overlap
+// (Steps whose exchanges complete when started) runs the same pieces one after another, with the
+// same bytes.
+//
 // The Steps object does each step on its side: detail/collectives/host.hpp's host_steps with the
 // host codec and a communicator, detail/cuda/device_collectives.cuh's device_steps with kernels
-// ordered on a stream. Both draw the same random streams (chunk_stream) and write the same packets,
-// so host and device collectives give bit-identical results. A Steps type provides:
+// ordered on a stream. Both draw the same random streams (chunk_stream, one call index per piece)
+// and write the same packets, so host and device collectives give bit-identical results. A Steps
+// type provides:
 //   rank(), world()                              the communicator's
 //   plan(), scratch()                            the collective_call and its scratch (plan_scratch)
 //   encode(src, count, packet, key)              one packet of `count` values
-//   all_gather_bytes(send, recv, n), all_to_all_bytes(send, recv, n)
-//   decode_each(packets, packet_bytes, count, recv)      rank r's packet to recv + r * count
+//   start_all_gather(send, recv, n), start_all_to_all(send, recv, n)
+//                                                start an exchange of n bytes per peer; returns a
+//                                                ticket. Until wait(ticket), send must not change
+//                                                and recv must not be read.
+//   wait(ticket)                                 the exchange has completed
+//   progress()                                   lets started exchanges advance (MPI moves a
+//                                                non-blocking collective only inside MPI calls)
+//   decode_each(packets, packet_bytes, count, recv, stride)
+//                                                rank r's packet to recv + r * stride
 //   reduce(packets, packet_bytes, count, recv)   the sum (or average) of the world packets to recv
 //   copy(to, from, n), zero(to, n)               n values of the element type
 //   finish()                                     after the last step (the device moves its call
@@ -25,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "../codec/format.hpp"
 #include "../codec/philox.hpp"
@@ -32,35 +47,100 @@
 
 namespace qsdp::detail {
 
-/// all_gather of `count` values per rank, at call index `call`, in `packets` ((world + 1) packets).
+/// Waits, when it goes out of scope early (an exception), for the exchanges a pipeline has started
+/// and not yet waited for: they are in flight on every rank and may still write into the scratch,
+/// which the next call reuses. Errors while draining are dropped: the first error is the one
+/// thrown.
+template <class Steps>
+class pending_exchanges {
+ public:
+  using ticket = decltype(std::declval<Steps&>().start_all_gather(nullptr, nullptr, 0));
+
+  explicit pending_exchanges(Steps& steps) : steps_(steps) {}
+  pending_exchanges(const pending_exchanges&) = delete;
+  pending_exchanges& operator=(const pending_exchanges&) = delete;
+  ~pending_exchanges() {
+    for (std::size_t i = first_; i < started_; ++i) {
+      try {
+        steps_.wait(tickets_[i % 2]);
+      } catch (...) {
+      }
+    }
+  }
+
+  void started(ticket t) { tickets_[started_++ % 2] = t; }
+  /// Waits for the oldest exchange not yet waited for.
+  void wait_oldest() {
+    const std::size_t i = first_++;
+    steps_.wait(tickets_[i % 2]);
+  }
+
+ private:
+  Steps& steps_;
+  ticket tickets_[2]{};  // at most two exchanges are in flight
+  std::size_t first_ = 0, started_ = 0;
+};
+
+/// all_gather of `count` values per rank, the phase whose pieces draw call indices call + p, in
+/// `packets` (a slot of world + 1 packets per piece: mine, then the world's).
 template <class Steps, class Q, class T>
 void gather_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_t count,
                     std::uint64_t call, std::byte* packets) {
-  const std::size_t packet_bytes = layout_for<Q, T>(q, count).total;
-  std::byte* const gathered = packets + packet_bytes;
-  steps.encode(send, count, packets,
-               rng_key{seed_of(q), call,
-                       steps.plan().stream_base + chunk_stream(steps.rank(), steps.world(), 0)});
-  steps.all_gather_bytes(packets, gathered, packet_bytes);
-  steps.decode_each(gathered, packet_bytes, count, recv);
+  const piece_plan& pieces = steps.plan().pieces;
+  const std::size_t slot = steps.plan().scratch.piece_bytes;
+  const std::uint32_t stream =
+      steps.plan().stream_base + chunk_stream(steps.rank(), steps.world(), 0);
+  pending_exchanges<Steps> pending(steps);
+  auto decode = [&](std::size_t p) {
+    const std::size_t n = pieces.values_of(p, count);
+    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    pending.wait_oldest();
+    steps.decode_each(packets + p * slot + packet_bytes, packet_bytes, n, recv + p * pieces.values,
+                      count);
+  };
+  for (std::size_t p = 0; p < pieces.count; ++p) {
+    const std::size_t n = pieces.values_of(p, count);
+    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    std::byte* const mine = packets + p * slot;
+    steps.encode(send + p * pieces.values, n, mine, rng_key{seed_of(q), call + p, stream});
+    pending.started(steps.start_all_gather(mine, mine + packet_bytes, packet_bytes));
+    if (p > 0) decode(p - 1);
+  }
+  decode(pieces.count - 1);
 }
 
-/// reduce_scatter of world chunks of `count` values, at call index `call`, in `packets` (world
-/// outgoing, then world incoming).
+/// reduce_scatter of world chunks of `count` values, the phase whose pieces draw call indices
+/// call + p, in `packets` (a slot per piece: world outgoing, then world incoming packets).
 template <class Steps, class Q, class T>
 void scatter_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_t count,
                      std::uint64_t call, std::byte* packets) {
-  const std::size_t packet_bytes = layout_for<Q, T>(q, count).total;
+  const piece_plan& pieces = steps.plan().pieces;
+  const std::size_t slot = steps.plan().scratch.piece_bytes;
   const auto world = static_cast<std::size_t>(steps.world());
-  std::byte* const incoming = packets + world * packet_bytes;
-  for (std::size_t chunk = 0; chunk < world; ++chunk) {
-    const auto stream = steps.plan().stream_base +
-                        chunk_stream(steps.rank(), steps.world(), static_cast<int>(chunk));
-    steps.encode(send + chunk * count, count, packets + chunk * packet_bytes,
-                 rng_key{seed_of(q), call, stream});
+  pending_exchanges<Steps> pending(steps);
+  auto reduce = [&](std::size_t p) {
+    const std::size_t n = pieces.values_of(p, count);
+    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    pending.wait_oldest();
+    steps.reduce(packets + p * slot + world * packet_bytes, packet_bytes, n,
+                 recv + p * pieces.values);
+  };
+  for (std::size_t p = 0; p < pieces.count; ++p) {
+    const std::size_t n = pieces.values_of(p, count);
+    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    std::byte* const outgoing = packets + p * slot;
+    for (std::size_t chunk = 0; chunk < world; ++chunk) {
+      const auto stream = steps.plan().stream_base +
+                          chunk_stream(steps.rank(), steps.world(), static_cast<int>(chunk));
+      steps.encode(send + chunk * count + p * pieces.values, n, outgoing + chunk * packet_bytes,
+                   rng_key{seed_of(q), call + p, stream});
+      steps.progress();
+    }
+    pending.started(
+        steps.start_all_to_all(outgoing, outgoing + world * packet_bytes, packet_bytes));
+    if (p > 0) reduce(p - 1);
   }
-  steps.all_to_all_bytes(packets, incoming, packet_bytes);
-  steps.reduce(incoming, packet_bytes, count, recv);
+  reduce(pieces.count - 1);
 }
 
 /// The collective `steps` was planned for (steps.plan().kind): a, b are send and recv (all_reduce:

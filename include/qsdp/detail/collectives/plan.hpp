@@ -6,11 +6,14 @@
 // the argument checks, and the one layout of a collective's scratch.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <string>
 
+#include "../../call_options.hpp"
 #include "../../communicator.hpp"
 #include "../../config.hpp"
 #include "../../quantizers.hpp"
@@ -48,7 +51,8 @@ struct call_descriptor {
   std::uint64_t bucket_size;
   std::uint64_t count;
   std::uint64_t min_compressed_bytes;  // call_options::min_compressed_bytes (the size gate)
-  std::uint64_t reserved[2];
+  std::uint64_t max_pieces;            // call_options::max_pieces (the pipeline)
+  std::uint64_t reserved;
 };
 static_assert(sizeof(call_descriptor) == 64);
 
@@ -56,7 +60,7 @@ inline constexpr std::uint32_t descriptor_magic = 0x43445351u;  // "QSDC"
 
 template <class Q, class T>
 call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, std::size_t count,
-                              int world, std::size_t min_compressed_bytes) {
+                              int world, const call_options& options) {
   call_descriptor d{};
   d.magic = descriptor_magic;
   d.collective = static_cast<std::uint32_t>(kind);
@@ -64,7 +68,8 @@ call_descriptor describe_call(const Q& q, collective_kind kind, reduce_op op, st
   write_encoder_identity<Q, T>(q, d);
   d.world = static_cast<std::uint32_t>(world);
   d.count = count;
-  d.min_compressed_bytes = min_compressed_bytes;
+  d.min_compressed_bytes = options.min_compressed_bytes;
+  d.max_pieces = options.max_pieces;
   return d;
 }
 
@@ -103,6 +108,15 @@ inline std::string describe_mismatch(const call_descriptor& mine, int my_rank,
   if (theirs.min_compressed_bytes != mine.min_compressed_bytes)
     return differ("call_options::min_compressed_bytes", num(mine.min_compressed_bytes),
                   num(theirs.min_compressed_bytes));
+  if (theirs.max_pieces == 0)
+    return "rank " + std::to_string(peer) +
+           " sent a call descriptor without call_options::max_pieces: it runs an older library "
+           "version";
+  if (theirs.max_pieces != mine.max_pieces)
+    return differ("call_options::max_pieces", num(mine.max_pieces), num(theirs.max_pieces));
+  if (theirs.reserved != 0)
+    return "rank " + std::to_string(peer) + " sent a call descriptor whose reserved field is " +
+           num(theirs.reserved) + ": it runs another library version";
   return "";
 }
 
@@ -156,32 +170,84 @@ inline void check_buffers(const void* a, const char* a_name, const void* b, cons
                       std::to_string(count));
 }
 
+inline void check_max_pieces(std::size_t max_pieces, const char* where) {
+  if (max_pieces < 1 || max_pieces > max_pieces_limit)
+    throw qsdp::error(std::string(where) + ": call_options::max_pieces is " +
+                      std::to_string(max_pieces) + "; expected 1.." +
+                      std::to_string(max_pieces_limit));
+}
+
+/// How a compressed phase is cut into pipeline pieces (call_options::max_pieces): `count` pieces of
+/// `values` values each, the last one shorter when the shard does not divide.
+struct piece_plan {
+  std::size_t values = 0;
+  std::size_t count = 1;
+  /// Values of piece p.
+  std::size_t values_of(std::size_t p, std::size_t shard) const {
+    return std::min(values, shard - p * values);
+  }
+};
+
+/// The pieces of a phase of `shard` values per peer of `value_size` bytes: as many as max_pieces
+/// allows while each holds at least min_piece_bytes of values, of equal length rounded up to a
+/// multiple of `align` values (the policy's bucket size and 64: a piece holds whole buckets and
+/// starts 64-value aligned). A function of the call's agreed arguments only, so every rank, host
+/// and device, cuts alike.
+inline piece_plan plan_pieces(std::size_t shard, std::size_t value_size, std::size_t align,
+                              std::size_t max_pieces) {
+  piece_plan p{shard, 1};
+  const std::size_t pieces = std::min(max_pieces, shard / (min_piece_bytes / value_size));
+  if (pieces <= 1) return p;
+  const std::size_t unit = std::lcm(align, std::size_t{64});
+  const std::size_t even = (shard + pieces - 1) / pieces;
+  p.values = (even + unit - 1) / unit * unit;
+  p.count = (shard + p.values - 1) / p.values;
+  if (p.count <= 1) p = {shard, 1};
+  return p;
+}
+
+/// The alignment plan_pieces keeps for policy Q: its bucket size (1 for identity).
+template <class Q>
+std::size_t piece_alignment(const Q& q) {
+  if constexpr (is_identity<Q>) {
+    (void)q;
+    return 1;
+  } else {
+    return q.bucket_size;
+  }
+}
+
 /// Where a collective's scratch goes, as byte offsets from its 64-byte aligned start.
 struct scratch_layout {
   std::size_t descriptors = 0;  // the ranks' call descriptors
-  std::size_t packets = 0;      // outgoing and incoming packets
+  std::size_t packets = 0;      // outgoing and incoming packets, piece by piece
+  std::size_t piece_bytes = 0;  // the packets of one piece (its slot in `packets`)
   std::size_t values = 0;       // all_reduce: a copy of the data, padded to world shards (T)
   std::size_t reduced = 0;      // all_reduce: this rank's reduced shard (T)
-  std::size_t accumulator = 0;  // host reductions: the fp32 sums of one shard
+  std::size_t accumulator = 0;  // host reductions: the fp32 sums of one piece
   std::size_t total = 0;
 };
 
 /// The one scratch layout of the collectives, host and device, for `world` ranks, shards of `shard`
-/// values of `value_size` bytes and packets of `packet_bytes`:
+/// values of `value_size` bytes, cut into `pieces` whose packets take `packet_bytes` each (a full
+/// piece's; the last piece's may be shorter and still takes a full slot):
 ///   descriptors  world of them; the device adds a slot from which it sends its own
-///   packets      all_gather: mine and the world gathered; reductions: world outgoing, world
-///   incoming values, reduced  all_reduce only accumulator  host reductions only (the device sums
-///   in registers)
+///   packets      one slot per piece, each slot all_gather: mine and the world gathered;
+///                reductions: world outgoing, world incoming (a piece's exchange may still be in
+///                flight while the next piece is encoded, so pieces never share a slot)
+///   values, reduced  all_reduce only
+///   accumulator  host reductions only, one piece (the device sums in registers)
 /// Each section starts at a multiple of 64 bytes.
 inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, std::size_t world,
                                    std::size_t shard, std::size_t value_size,
-                                   std::size_t packet_bytes) {
+                                   std::size_t packet_bytes, const piece_plan& pieces) {
   const bool device = memory == memory_space::device;
   const bool reduces = kind != collective_kind::all_gather;
   scratch_layout l;
   l.descriptors = 0;
   l.packets = align64(sizeof(call_descriptor) * (world + (device ? 1 : 0)));
-  std::size_t end = l.packets + align64((reduces ? 2 * world : world + 1) * packet_bytes);
+  l.piece_bytes = (reduces ? 2 * world : world + 1) * packet_bytes;
+  std::size_t end = l.packets + align64(pieces.count * l.piece_bytes);
   if (kind == collective_kind::all_reduce) {
     l.values = end;
     l.reduced = l.values + align64(shard * world * value_size);
@@ -189,7 +255,7 @@ inline scratch_layout plan_scratch(collective_kind kind, memory_space memory, st
   }
   if (reduces && !device) {
     l.accumulator = end;
-    end = l.accumulator + align64(shard * sizeof(float));
+    end = l.accumulator + align64(pieces.values * sizeof(float));
   }
   l.total = end;
   return l;
@@ -234,16 +300,19 @@ inline gated_layout plan_gated(collective_kind kind, std::size_t world, std::siz
 }
 
 /// A collective call as every rank must agree on it, and where its scratch goes. all_reduce runs on
-/// shards of ceil(count / world) values (the last padded with zeros) and draws two call indices,
-/// one for its reduce-scatter and one for its all-gather, so the second never repeats the first's
-/// draws. A call the size gate sends uncompressed draws the same call indices (so the calls after
-/// it draw the same random numbers either way) and runs as the policy qsdp::identity: on the device
-/// through the same pipeline, on the host in one exchange (gated_layout).
+/// shards of ceil(count / world) values (the last padded with zeros) in two phases, its
+/// reduce-scatter and its all-gather. Each phase is cut into pieces (plan_pieces), and piece p of a
+/// phase draws call index calls[phase] + p: every piece, and every phase, its own numbers. A call
+/// the size gate sends uncompressed draws the same call indices (so the calls after it draw the
+/// same random numbers either way) and runs as the policy qsdp::identity: on the device through
+/// the same pipeline, on the host in one exchange (gated_layout).
 struct collective_call {
   collective_kind kind;
   std::size_t shard;           // values per rank's chunk
   std::size_t padded;          // shard * world for all_reduce, else shard
-  std::uint64_t calls[2];      // the call indices: [0] the first phase, [1] all_reduce's second
+  piece_plan pieces;           // of every phase
+  std::uint64_t calls[2];      // the first call index of each phase: [1] is all_reduce's second
+  std::uint64_t call_indices;  // how many the call drew from the communicator
   bool uncompressed;           // the size gate sends the values as they are
   std::uint32_t stream_base;   // added to every chunk_stream (0; a level of a two-level call)
   call_descriptor descriptor;  // what this rank says about the call
@@ -255,22 +324,26 @@ struct collective_call {
 /// call indices from the communicator: the part every collective, host or device, begins with.
 template <class Q, class T, class Comm>
 collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op,
-                                std::size_t count, std::size_t min_compressed_bytes,
+                                std::size_t count, const call_options& options,
                                 std::uint32_t stream_base = 0) {
   const auto world = static_cast<std::size_t>(comm.size());
   collective_call c{};
   c.kind = kind;
   c.shard = kind == collective_kind::all_reduce ? (count + world - 1) / world : count;
   c.padded = kind == collective_kind::all_reduce ? c.shard * world : count;
+  c.pieces = plan_pieces(c.shard, sizeof(T), piece_alignment(q), options.max_pieces);
+  const std::size_t phases = kind == collective_kind::all_reduce ? 2 : 1;
+  c.call_indices = phases * c.pieces.count;
   c.calls[0] = comm.next_call();
-  if (kind == collective_kind::all_reduce) c.calls[1] = comm.next_call();
-  c.uncompressed = gated_uncompressed(count, sizeof(T), min_compressed_bytes);
+  for (std::uint64_t i = 1; i < c.call_indices; ++i) (void)comm.next_call();
+  c.calls[1] = c.calls[0] + c.pieces.count;
+  c.uncompressed = gated_uncompressed(count, sizeof(T), options.min_compressed_bytes);
   c.stream_base = stream_base;
-  c.descriptor = describe_call<Q, T>(q, kind, op, count, comm.size(), min_compressed_bytes);
+  c.descriptor = describe_call<Q, T>(q, kind, op, count, comm.size(), options);
   const std::size_t packet_bytes = c.uncompressed
-                                       ? layout_for<identity, T>(identity{}, c.shard).total
-                                       : layout_for<Q, T>(q, c.shard).total;
-  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T), packet_bytes);
+                                       ? layout_for<identity, T>(identity{}, c.pieces.values).total
+                                       : layout_for<Q, T>(q, c.pieces.values).total;
+  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T), packet_bytes, c.pieces);
   if (c.uncompressed && Comm::memory == memory_space::host)
     c.gated = plan_gated(kind, world, count, sizeof(T));
   return c;

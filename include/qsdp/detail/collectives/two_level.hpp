@@ -15,9 +15,9 @@
 // rank that called differently makes every rank throw, not only the ranks of its node or place.
 //
 // Random streams: each level's exchanges draw from their communicator's call counter (the two
-// counters advance together, so their indices are equal) and the streams of their ranks, offset
-// (plan_collective's stream_base, level_stream_bases) so that no two encodes of one call share
-// numbers even when both policies have the same seed: the reduce_scatter within node n takes
+// counters may differ: a level draws one index per pipeline piece) and the streams of their ranks,
+// offset (plan_collective's stream_base, level_stream_bases) so that no two encodes of one call
+// share numbers even when both policies have the same seed: the reduce_scatter within node n takes
 // streams n x node_size^2 + [0, node_size^2), the exchanges across nodes of place l world x
 // node_size + l x nodes^2 + [0, nodes^2), after every inside stream. The all_gather within a node
 // has no offset on purpose: every node encodes the same across-decoded shards there, and drawing
@@ -135,10 +135,10 @@ grid begin_two_level(two_level<Node, Cross>& comm, const level_policies<Inside, 
   check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
   check_count(count, where);
   if (kind != collective_kind::all_gather) check_op(op, where);
-  const call_descriptor mine[2] = {describe_call<Inside, T>(q.inside, kind, op, count, comm.size(),
-                                                            options.min_compressed_bytes),
-                                   describe_call<Across, T>(q.across, kind, op, count, comm.size(),
-                                                            options.min_compressed_bytes)};
+  check_max_pieces(options.max_pieces, where);
+  const call_descriptor mine[2] = {
+      describe_call<Inside, T>(q.inside, kind, op, count, comm.size(), options),
+      describe_call<Across, T>(q.across, kind, op, count, comm.size(), options)};
   const grid g = grid_of(comm);
   check_level_streams(g, where);
   two_level_agreement(comm, mine, where);

@@ -7,11 +7,11 @@
 // once per new call signature:
 //
 // * Agreement. The first call with a given signature (collective, policy, bits, bucket size,
-//   element type, count, op, world) exchanges the 64-byte descriptors and compares them on the
-//   host, so that ranks that called differently all throw the same qsdp::error instead of hanging
-//   in NCCL. That costs one synchronisation; later calls with the same signature skip it and may be
-//   captured in a CUDA graph. (Ranks that differ in calls whose signatures were each agreed before
-//   are not caught here; docs/cuda.md, "Known limits".)
+//   element type, count, op, world, size gate, max_pieces) exchanges the 64-byte descriptors and
+//   compares them on the host, so that ranks that called differently all throw the same qsdp::error
+//   instead of hanging in NCCL. That costs one synchronisation; later calls with the same signature
+//   skip it and may be captured in a CUDA graph. (Ranks that differ in calls whose signatures were
+//   each agreed before are not caught here; docs/cuda.md, "Known limits".)
 // * Every received packet's header is still checked, by the decoding kernel: a bad one turns its
 //   values into NaN and is reported (naming the field and the rank) by the next collective on the
 //   communicator or when run_local_cuda's rank returns.
@@ -124,25 +124,37 @@ class device_steps {
   const collective_call& plan() const { return plan_; }
   std::byte* scratch() const { return scratch_; }
 
-  /// The kernels take the call index from the communicator's device counter (plus 1 for
-  /// all_reduce's second phase), not from the host's plan: a CUDA graph that captured this call
-  /// then draws fresh numbers at every replay.
+  /// The kernels take the call index from the communicator's device counter (plus the piece's and
+  /// the phase's offset from the call's first index), not from the host's plan: a CUDA graph that
+  /// captured this call then draws fresh numbers at every replay.
   void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
     const rng_key phase{key.seed, key.call - plan_.calls[0], key.stream};
     launch_encode(q_, src, count, packet, rng_source(phase, call_counter_), stream_, where_);
   }
-  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
-    comm_.all_gather_bytes(send, recv, n, stream_);
+  /// The exchanges. A call of one piece orders them on the caller's stream. A call in pieces runs
+  /// them on the communicator's second stream (exchange_lane), after an event recorded behind the
+  /// encode that wrote the packets; wait() makes the caller's stream wait for the event recorded
+  /// behind the exchange, so the next piece's encode runs while this one is on the wire.
+  using ticket = exchange_ticket;
+  ticket start_all_gather(const std::byte* send, std::byte* recv, std::size_t n) {
+    return start([&](cudaStream_t on) { comm_.all_gather_bytes(send, recv, n, on); });
   }
-  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
-    comm_.all_to_all_bytes(send, recv, n, stream_);
+  ticket start_all_to_all(const std::byte* send, std::byte* recv, std::size_t n) {
+    return start([&](cudaStream_t on) { comm_.all_to_all_bytes(send, recv, n, on); });
   }
+  void wait(ticket t) {
+    if (overlaps())
+      check(cudaStreamWaitEvent(stream_, lane_event(2 * t.id + 1), 0), "cudaStreamWaitEvent",
+            where_);
+  }
+  void progress() {}  // the GPU and NCCL move on by themselves
 
-  /// Rank r's packet to recv + r * count; a bad header decodes to NaN and is reported, naming r,
+  /// Rank r's packet to recv + r * stride; a bad header decodes to NaN and is reported, naming r,
   /// by the next call on the communicator.
-  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv,
+                   std::size_t stride) {
     for (int r = 0; r < world(); ++r) {
-      T* out = recv + static_cast<std::size_t>(r) * count;
+      T* out = recv + static_cast<std::size_t>(r) * stride;
       launch_decode(q_, packets + static_cast<std::size_t>(r) * packet_bytes, packet_bytes, 1,
                     count, expectation_for<T>(q_, count), static_cast<unsigned>(r), report(),
                     store_sink<T>{out, aligned16(out)}, stream_, where_);
@@ -167,12 +179,45 @@ class device_steps {
     if (n) check(cudaMemsetAsync(to, 0, n * sizeof(T), stream_), "cudaMemsetAsync", where_);
   }
   /// Moves the device call counter past this call's indices, after the encodes that read it.
-  void finish() {
-    launch_advance_calls(call_counter_, plan_.kind == collective_kind::all_reduce ? 2 : 1, stream_,
-                         where_);
-  }
+  void finish() { launch_advance_calls(call_counter_, plan_.call_indices, stream_, where_); }
 
  private:
+  /// Whether this call runs its exchanges on the lane: it has pieces, and the communicator's
+  /// exchanges may run on any stream (device_communicator's exchanges_on_any_stream).
+  bool overlaps() const {
+    if constexpr (requires { Comm::exchanges_on_any_stream; })
+      return Comm::exchanges_on_any_stream && plan_.pieces.count > 1;
+    else
+      return false;
+  }
+  exchange_lane& lane() { return comm_.state().lane; }
+  cudaStream_t lane_stream() { return lane().stream(comm_.device(), where_); }
+  cudaEvent_t lane_event(std::size_t i) { return lane().event(i, comm_.device(), where_); }
+
+  /// Runs exchange(stream) on the caller's stream (one piece) or on the lane, which first waits for
+  /// what the caller's stream has queued so far (the encode of the packets) and then marks the
+  /// exchange's end for wait().
+  template <class Exchange>
+  ticket start(Exchange&& exchange) {
+    if (!overlaps()) {
+      exchange(stream_);
+      return {};
+    }
+    const ticket t{next_ticket_++};
+    const cudaEvent_t encoded = lane_event(2 * t.id), exchanged = lane_event(2 * t.id + 1);
+    check(cudaEventRecord(encoded, stream_), "cudaEventRecord", where_);
+    check(cudaStreamWaitEvent(lane_stream(), encoded, 0), "cudaStreamWaitEvent", where_);
+    try {
+      exchange(lane_stream());
+    } catch (...) {  // join the lane back all the same: a capture must not end with it forked
+      (void)cudaEventRecord(exchanged, lane_stream());
+      (void)cudaStreamWaitEvent(stream_, exchanged, 0);
+      throw;
+    }
+    check(cudaEventRecord(exchanged, lane_stream()), "cudaEventRecord", where_);
+    return t;
+  }
+
   device_report* report() {
     return comm_.state().failures.device_record(where_, describe_bad_header);
   }
@@ -185,6 +230,7 @@ class device_steps {
   const collective_call& plan_;
   std::byte* scratch_;
   std::uint64_t* call_counter_ = nullptr;
+  std::uint64_t next_ticket_ = 0;  // this call's exchanges on the lane
 };
 
 /// Every device collective: checks the arguments, plans the call (drawing its call indices), takes
@@ -201,8 +247,8 @@ void run_device_collective(Comm& comm, const Q& q, collective_kind kind, reduce_
   check_device_collective<Comm, Q, T>(comm, q, a, in_place ? "data" : "send", b,
                                       in_place ? "data" : "recv", count, stream, where);
   if (kind != collective_kind::all_gather) check_op(op, where);
-  const collective_call plan =
-      plan_collective<Q, T>(comm, q, kind, op, count, options.min_compressed_bytes);
+  check_max_pieces(options.max_pieces, where);
+  const collective_call plan = plan_collective<Q, T>(comm, q, kind, op, count, options);
   std::byte* const scratch = comm.state().workspace.get(plan.scratch.total, stream, where);
   agree_once(comm, plan.descriptor, scratch + plan.scratch.descriptors, stream, where);
   if (plan.uncompressed) {

@@ -247,4 +247,60 @@ class device_workspace : private no_copies {
   std::uint64_t first_call_ = 0;
 };
 
+/// Runs fn() with `device` current and restores the caller's current device after it: CUDA creates
+/// streams and events on the current device, which need not be a communicator's.
+template <class Fn>
+auto with_device(int device, const char* where, Fn&& fn) {
+  int current = 0;
+  check(cudaGetDevice(&current), "cudaGetDevice", where);
+  if (current != device) check(cudaSetDevice(device), "cudaSetDevice", where);
+  struct restore {
+    int to, from;
+    ~restore() {
+      if (to != from) (void)cudaSetDevice(to);
+    }
+  } const back{current, device};
+  return fn();
+}
+
+/// The second stream of a communicator's device collectives: a call cut into pipeline pieces runs
+/// its exchanges there, so that they overlap the codec kernels on the caller's stream, ordered both
+/// ways by events (an exchange waits for the encode that wrote its packets, the decode waits for
+/// the exchange). Created at the first call that has pieces (a call that agrees its signature on
+/// the host, so never under graph capture; a captured call forks this stream into the graph and
+/// joins it back, since every exchange is waited for). Its events are reused call after call: a
+/// wait takes an event's state when it is queued.
+class exchange_lane : private no_copies {
+ public:
+  ~exchange_lane() {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    if (stream_) (void)cudaStreamDestroy(stream_);
+  }
+
+  /// The lane's stream, on the communicator's `device`.
+  cudaStream_t stream(int device, const char* where) {
+    if (!stream_)
+      check(with_device(device, where,
+                        [&] { return cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); }),
+            "cudaStreamCreateWithFlags", where);
+    return stream_;
+  }
+
+  /// Event number i, on the communicator's `device`, created on first use.
+  cudaEvent_t event(std::size_t i, int device, const char* where) {
+    while (events_.size() <= i) {
+      cudaEvent_t e = nullptr;
+      check(with_device(device, where,
+                        [&] { return cudaEventCreateWithFlags(&e, cudaEventDisableTiming); }),
+            "cudaEventCreateWithFlags", where);
+      events_.push_back(e);
+    }
+    return events_[i];
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+};
+
 }  // namespace qsdp::detail::cuda

@@ -327,4 +327,27 @@ inline void mpi_all_to_all_bytes(MPI_Comm comm, int size, const std::byte* send,
                max_chunk, options, where);
 }
 
+/// Starts an exchange of n bytes per rank of an mpi_communicator's pipeline (start_*_bytes) and
+/// returns its request: one non-blocking call, or, beyond max_chunk bytes per peer (which one MPI
+/// call cannot name), the whole exchange run at once (mpi_exchange) and MPI_REQUEST_NULL, which a
+/// wait finds completed. send and recv must not overlap (the pipelines never run in place).
+inline MPI_Request mpi_start_exchange(const mpi_collective_calls& calls, MPI_Comm comm, int size,
+                                      const std::byte* send, std::byte* recv, std::size_t n,
+                                      std::size_t max_chunk, const fault_options& options,
+                                      const char* where) {
+  const std::size_t total = mpi_checked_total(send, recv, n, size, where);
+  const std::size_t send_bytes = calls.nonblocking == MPI_Ialltoall ? total : n;
+  if (mpi_ranges_overlap(send, send_bytes, recv, total))
+    throw qsdp::error(std::string(where) + ": send and recv overlap; MPI forbids aliased buffers");
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (n > max_chunk) {
+    mpi_exchange(calls, comm, send, recv, n, max_chunk, options, where);
+    return request;
+  }
+  mpi_check(calls.nonblocking(send, static_cast<int>(n), MPI_BYTE, recv, static_cast<int>(n),
+                              MPI_BYTE, comm, &request),
+            calls.nonblocking_name, where);
+  return request;
+}
+
 }  // namespace qsdp::detail
