@@ -151,20 +151,21 @@ int main(int argc, char** argv) {
                      count, options);
       }
 
-    // Pipelined calls: pieces of non-blocking exchanges (2 by default, and 3 with the last one
-    // shorter), waited for blocking and, with a timeout, polled.
+    // Pipelined calls: pieces of non-blocking exchanges (2 by default; 3 with the last one
+    // shorter in the all_reduce), waited for blocking and, with a timeout, polled. (Sizes of two or
+    // three minimum pieces: these checks dominate this test's time under the sanitizers.)
     qsdp::mpi_communicator polled(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(120)});
-    const std::size_t pieced = 3 * (qsdp::min_piece_bytes / sizeof(float)) + 1000;
+    const std::size_t pieced = 2 * (qsdp::min_piece_bytes / sizeof(float)) + 1000;
     for (qsdp::mpi_communicator* c : {&comm, &polled}) {
       const qsdp::call_options options{.min_compressed_bytes = 0};
-      check_policy(*c, qsdp::identity{}, "identity (pieces)", pieced, options);
-      check_policy(*c, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3}, "stochastic<4> (pieces)",
-                   pieced, options);
-      check_policy(*c, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3},
-                   "random_shift<8> (pieces)", pieced, options);
-      check_policy(*c, qsdp::stochastic<8>{.bucket_size = 512, .seed = 4},
-                   "stochastic<8> (3 pieces)", pieced,
-                   qsdp::call_options{.min_compressed_bytes = 0, .max_pieces = 8});
+      if (c == &comm) {
+        check_policy(*c, qsdp::identity{}, "identity (pieces)", pieced, options);
+        check_policy(*c, qsdp::stochastic<4>{.bucket_size = 256, .seed = 3},
+                     "stochastic<4> (pieces)", pieced, options);
+      } else {
+        check_policy(*c, qsdp::random_shift<8>{.bucket_size = 333, .seed = 3},
+                     "random_shift<8> (pieces, polled)", pieced, options);
+      }
       // all_reduce in pieces (its shard, a world-th of the buffer, holds 3 minimum pieces):
       // identity must give MPI_Allreduce's sums exactly (small integers: exact in any order).
       const std::size_t total =
