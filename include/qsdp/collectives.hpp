@@ -136,8 +136,9 @@ class delta_gather {
 };
 
 // ---- Two levels: a node's fast links and the slower links between nodes -------------------------
-// Over a qsdp::two_level pair (communicator.hpp: from two communicators, run_local_nodes, or
-// mpi_two_level), each level with its own policy. Rank r = node index x node size + place in the
+// Over a qsdp::two_level pair of host communicators (communicator.hpp: from two communicators,
+// run_local_nodes, or mpi_two_level), each level with its own policy; the device overloads below
+// take a pair of device communicators. Rank r = node index x node size + place in the
 // node; counts, buffers and ops as in the flat calls. Both levels agree on the call (a rank that
 // called differently makes every rank throw), and each decides the size gate on its own exchange.
 
@@ -204,6 +205,30 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 cudaStream_t stream, call_options options = {});
+
+// ---- Two levels on device buffers ---------------------------------------------------------------
+// Over a two_level pair of device communicators (two NCCL communicators, say;
+// device_communicator.hpp): the host two-level calls' schedules, bits and error bounds, ordered on
+// `stream`; the reorderings are device copies, each level a flat device collective. The ranks agree
+// on both levels' descriptors once per call signature (one host round trip, as the flat device
+// calls), so later calls may be captured in a CUDA graph over NCCL.
+
+/// Two-level reduce-scatter of device buffers (as the host one).
+template <device_communicator Node, device_communicator Cross, class Inside, class Across, class T>
+void reduce_scatter(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
+                    const T* send, T* recv, std::size_t count, reduce_op op, cudaStream_t stream,
+                    call_options options = {});
+
+/// Two-level all-gather of device buffers (as the host one).
+template <device_communicator Node, device_communicator Cross, class Inside, class Across, class T>
+void all_gather(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
+                const T* send, T* recv, std::size_t count, cudaStream_t stream,
+                call_options options = {});
+
+/// Two-level all-reduce in place on device buffers (as the host one).
+template <device_communicator Node, device_communicator Cross, class Inside, class Across, class T>
+void all_reduce(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q, T* data,
+                std::size_t count, reduce_op op, cudaStream_t stream, call_options options = {});
 #endif
 
 }  // namespace qsdp
@@ -214,4 +239,5 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 #include "detail/cuda/device_collectives.cuh"
 #include "detail/cuda/device_delta.cuh"
+#include "detail/cuda/device_two_level.cuh"
 #endif

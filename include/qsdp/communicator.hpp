@@ -36,29 +36,32 @@ namespace detail {
 /// that a repeated call can skip the separate round trip that compares them: the device collectives
 /// for every call, the host ones for the calls that the size gate sends uncompressed (which carry
 /// their descriptor in front of their values instead). The same on every rank, since every rank
-/// makes the same calls in the same order.
-class agreed_signatures {
+/// makes the same calls in the same order. A device two_level pair keeps its calls' pairs of
+/// descriptors (one per level, 128 bytes) in one of its own.
+template <std::size_t Bytes>
+class basic_agreed_signatures {
  public:
-  /// Whether all ranks have agreed on this 64-byte call descriptor before.
-  bool contains(const void* descriptor) const {
+  /// Whether all ranks have agreed on this signature (Bytes bytes) before.
+  bool contains(const void* signature) const {
     for (const auto& d : agreed_)
-      if (std::memcmp(d.bytes, descriptor, sizeof d.bytes) == 0) return true;
+      if (std::memcmp(d.bytes, signature, Bytes) == 0) return true;
     return false;
   }
-  /// Remembers an agreed descriptor; the oldest is forgotten past `capacity`.
-  void remember(const void* descriptor) {
+  /// Remembers an agreed signature; the oldest is forgotten past `capacity`.
+  void remember(const void* signature) {
     if (agreed_.size() == capacity) agreed_.pop_front();
     agreed_.emplace_back();
-    std::memcpy(agreed_.back().bytes, descriptor, sizeof agreed_.back().bytes);
+    std::memcpy(agreed_.back().bytes, signature, Bytes);
   }
   static constexpr std::size_t capacity = 64;
 
  private:
   struct entry {
-    unsigned char bytes[64];
+    unsigned char bytes[Bytes];
   };
   std::deque<entry> agreed_;
 };
+using agreed_signatures = basic_agreed_signatures<64>;
 
 }  // namespace detail
 
@@ -312,14 +315,126 @@ void run_local(int world, Fn&& fn, fault_options options = {}) {
 /// node (fast links), `cross` the ranks with the same place in their nodes, one per node (the slow
 /// links between nodes). Every node has the same number of ranks: rank() = node index x node_size()
 /// + place in the node, where the node index is the rank in `cross`. Holds references (both
-/// communicators must outlive it) and the scratch of its collectives.
+/// communicators must outlive it) and the scratch of its collectives. Two host communicators make
+/// the pair below; two device communicators (two NCCL communicators, say) the device pair of
+/// device_communicator.hpp, whose collectives take device buffers and a stream.
+template <class Node, class Cross>
+class two_level;
+
+template <class Node, class Cross>
+two_level(Node&, Cross&) -> two_level<Node, Cross>;
+
+namespace detail {
+
+/// What each rank says about its places when a two_level pair is made; `refused`: this rank
+/// itself found the pair unusable (a device pair on two devices), which every rank must hear.
+struct grid_place {
+  std::int32_t node_size, node_rank, nodes, node_index, refused;
+};
+
+/// The first rank of `places` (count of them, gathered over a communicator) whose `field` differs
+/// from entry 0's, or -1.
+template <class Field>
+int first_differing(const grid_place* places, int count, Field field) {
+  for (int r = 1; r < count; ++r)
+    if (field(places[r]) != field(places[0])) return r;
+  return -1;
+}
+
+/// Small host values gathered over a host communicator, received in its workspace (not the heap:
+/// an MPI exchange that timed out stays pending and may still write there, mpi_communicator).
+/// Returns the size() x n gathered bytes, valid until the communicator's workspace is used again.
+struct host_gather {
+  template <class Comm>
+  const std::byte* operator()(Comm& comm, const void* mine, std::size_t n) const {
+    std::byte* const all = comm.workspace().get(static_cast<std::size_t>(comm.size()) * n);
+    comm.all_gather_bytes(static_cast<const std::byte*>(mine), all, n);
+    return all;
+  }
+};
+
+/// The check of two_level's constructor, on host or device pairs: `gather(comm, mine, n)` gathers n
+/// bytes from each rank of comm (host_gather, or the device pair's). `refusal`: why this rank
+/// cannot take part ("" when it can); every rank then throws, naming it.
+template <class Node, class Cross, class Gather>
+void check_grid(Node& node, Cross& cross, Gather&& gather, const std::string& refusal,
+                const char* where) {
+  const grid_place mine{node.size(), node.rank(), cross.size(), cross.rank(),
+                        refusal.empty() ? 0 : 1};
+  // Over the cross communicator: its ranks must all sit at the same place of nodes of one size.
+  const auto* const across = reinterpret_cast<const grid_place*>(gather(cross, &mine, sizeof mine));
+  std::string problem = refusal;
+  for (int r = 0; r < cross.size() && problem.empty(); ++r)
+    if (across[r].refused)
+      problem = "cross rank " + std::to_string(r) + " refused the pair (its error names why)";
+  if (problem.empty()) {
+    if (const int r =
+            first_differing(across, cross.size(), [](const grid_place& p) { return p.node_size; });
+        r >= 0)
+      problem =
+          "the node of cross rank " + std::to_string(r) + " has " +
+          std::to_string(across[static_cast<std::size_t>(r)].node_size) +
+          " ranks, cross rank 0's " + std::to_string(across[0].node_size) +
+          ": every node must have as many ranks (the world is not a multiple of the node size)";
+    else if (const int q = first_differing(across, cross.size(),
+                                           [](const grid_place& p) { return p.node_rank; });
+             q >= 0)
+      problem = "cross rank " + std::to_string(q) + " is rank " +
+                std::to_string(across[static_cast<std::size_t>(q)].node_rank) +
+                " of its node, cross rank 0 rank " + std::to_string(across[0].node_rank) +
+                ": a cross communicator joins the ranks at one place of every node";
+  }
+  // Over the node: its ranks must all be in cross communicators of one size, at one node index; and
+  // a problem any of them found reaches all of them (as one flag), so that every rank throws.
+  struct verdict {
+    grid_place place;
+    std::int32_t failed;
+  };
+  const verdict said{mine, problem.empty() ? 0 : 1};
+  const auto* const within = reinterpret_cast<const verdict*>(gather(node, &said, sizeof said));
+  if (problem.empty()) {
+    std::vector<grid_place> places;
+    for (int r = 0; r < node.size(); ++r) places.push_back(within[r].place);
+    if (const int r = first_differing(places.data(), node.size(),
+                                      [](const grid_place& p) { return p.nodes; });
+        r >= 0)
+      problem =
+          "node rank " + std::to_string(r) + " is in a cross communicator of " +
+          std::to_string(places[static_cast<std::size_t>(r)].nodes) +
+          " ranks, node rank 0 in one of " + std::to_string(places[0].nodes) +
+          ": every node must have as many ranks (the world is not a multiple of the node size)";
+    else if (const int q = first_differing(places.data(), node.size(),
+                                           [](const grid_place& p) { return p.node_index; });
+             q >= 0)
+      problem = "node rank " + std::to_string(q) + " is rank " +
+                std::to_string(places[static_cast<std::size_t>(q)].node_index) +
+                " of its cross communicator, node rank 0 rank " +
+                std::to_string(places[0].node_index) +
+                ": the ranks of a node must share their cross rank (the node's index)";
+    else
+      for (int r = 0; r < node.size(); ++r)
+        if (within[r].failed) {
+          problem = "node rank " + std::to_string(r) +
+                    " found the cross communicators inconsistent or refused the pair (its error "
+                    "names how)";
+          break;
+        }
+  }
+  if (!problem.empty()) throw qsdp::error(std::string(where) + ": " + problem);
+}
+
+}  // namespace detail
+
+/// The pair of two host communicators (local_communicator, mpi_communicator).
 template <communicator Node, communicator Cross>
-class two_level {
+class two_level<Node, Cross> {
  public:
   /// Collective over all ranks of both communicators: checks that they form a grid (every node of
   /// the same size, every cross communicator of the same size, each rank's places consistent), else
   /// every rank throws a qsdp::error saying which ranks differ.
-  two_level(Node& node, Cross& cross);
+  two_level(Node& node, Cross& cross) : node_(node), cross_(cross) {
+    detail::check_grid(node, cross, detail::host_gather{}, "", "qsdp::two_level");
+  }
 
   int rank() const { return cross_.rank() * node_.size() + node_.rank(); }
   int size() const { return cross_.size() * node_.size(); }
@@ -339,89 +454,43 @@ class two_level {
 
 namespace detail {
 
-/// What each rank says about its places when a two_level pair is made.
-struct grid_place {
-  std::int32_t node_size, node_rank, nodes, node_index;
-};
-
-/// The first rank of `places` (count of them, gathered over a communicator) whose `field` differs
-/// from entry 0's, or -1.
-template <class Field>
-int first_differing(const grid_place* places, int count, Field field) {
-  for (int r = 1; r < count; ++r)
-    if (field(places[r]) != field(places[0])) return r;
-  return -1;
+/// The rank threads of an in-process grid of nodes (run_local_nodes, run_local_cuda_nodes): world
+/// ranks in nodes of node_size consecutive ranks, a World per node and one per place, made by
+/// make(size); body(rank, node world, place, cross world, node index) runs on each rank's thread. A
+/// rank that throws or returns early releases the ranks of its node and of its place from any
+/// collective; those that then fail release theirs, so no rank is left waiting.
+template <class World, class Make, class Body>
+void run_node_grid(int world, int node_size, const char* where, Make&& make, Body&& body) {
+  if (node_size < 1 || world % node_size != 0)
+    throw qsdp::error(std::string(where) + ": node_size is " + std::to_string(node_size) +
+                      "; expected a divisor of the world size " + std::to_string(world) +
+                      " (every node has as many ranks)");
+  const int nodes = world / node_size;
+  std::vector<std::unique_ptr<World>> node_worlds, cross_worlds;
+  for (int n = 0; n < nodes; ++n) node_worlds.push_back(make(node_size));
+  for (int l = 0; l < node_size; ++l) cross_worlds.push_back(make(nodes));
+  auto node_world = [&](int rank) -> World& {
+    return *node_worlds[static_cast<std::size_t>(rank / node_size)];
+  };
+  auto cross_world = [&](int rank) -> World& {
+    return *cross_worlds[static_cast<std::size_t>(rank % node_size)];
+  };
+  run_rank_threads(
+      world,
+      [&](int rank) {
+        body(rank, node_world(rank), rank % node_size, cross_world(rank), rank / node_size);
+      },
+      [&](int rank) {
+        node_world(rank).barrier.depart(rank % node_size);
+        cross_world(rank).barrier.depart(rank / node_size);
+      },
+      [&](int rank, const std::string& reason) {  // its two worlds: the others fail in turn
+        node_world(rank).barrier.break_with(reason);
+        cross_world(rank).barrier.break_with(reason);
+      });
 }
 
 }  // namespace detail
-
-template <communicator Node, communicator Cross>
-two_level<Node, Cross>::two_level(Node& node, Cross& cross) : node_(node), cross_(cross) {
-  constexpr const char* where = "qsdp::two_level";
-  const detail::grid_place mine{node.size(), node.rank(), cross.size(), cross.rank()};
-  // Over the cross communicator: its ranks must all sit at the same place of nodes of one size.
-  // Received into the communicators' workspaces, not the heap: an MPI exchange that timed out
-  // stays pending and may still write there (mpi_communicator).
-  auto* const across = reinterpret_cast<detail::grid_place*>(
-      cross.workspace().get(static_cast<std::size_t>(cross.size()) * sizeof mine));
-  cross.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine),
-                         reinterpret_cast<std::byte*>(across), sizeof mine);
-  std::string problem;
-  if (const int r = detail::first_differing(
-          across, cross.size(), [](const detail::grid_place& p) { return p.node_size; });
-      r >= 0)
-    problem = "the node of cross rank " + std::to_string(r) + " has " +
-              std::to_string(across[static_cast<std::size_t>(r)].node_size) +
-              " ranks, cross rank 0's " + std::to_string(across[0].node_size) +
-              ": every node must have as many ranks (the world is not a multiple of the node size)";
-  else if (const int q = detail::first_differing(
-               across, cross.size(), [](const detail::grid_place& p) { return p.node_rank; });
-           q >= 0)
-    problem = "cross rank " + std::to_string(q) + " is rank " +
-              std::to_string(across[static_cast<std::size_t>(q)].node_rank) +
-              " of its node, cross rank 0 rank " + std::to_string(across[0].node_rank) +
-              ": a cross communicator joins the ranks at one place of every node";
-  // Over the node: its ranks must all be in cross communicators of one size, at one node index; and
-  // a problem any of them found reaches all of them (as one flag), so that every rank throws.
-  struct verdict {
-    detail::grid_place place;
-    std::int32_t failed;
-  };
-  const verdict said{mine, problem.empty() ? 0 : 1};
-  auto* const within = reinterpret_cast<verdict*>(
-      node.workspace().get(static_cast<std::size_t>(node.size()) * sizeof said));
-  node.all_gather_bytes(reinterpret_cast<const std::byte*>(&said),
-                        reinterpret_cast<std::byte*>(within), sizeof said);
-  if (problem.empty()) {
-    std::vector<detail::grid_place> places;
-    for (int r = 0; r < node.size(); ++r) places.push_back(within[r].place);
-    if (const int r = detail::first_differing(places.data(), node.size(),
-                                              [](const detail::grid_place& p) { return p.nodes; });
-        r >= 0)
-      problem =
-          "node rank " + std::to_string(r) + " is in a cross communicator of " +
-          std::to_string(places[static_cast<std::size_t>(r)].nodes) +
-          " ranks, node rank 0 in one of " + std::to_string(places[0].nodes) +
-          ": every node must have as many ranks (the world is not a multiple of the node size)";
-    else if (const int q =
-                 detail::first_differing(places.data(), node.size(),
-                                         [](const detail::grid_place& p) { return p.node_index; });
-             q >= 0)
-      problem = "node rank " + std::to_string(q) + " is rank " +
-                std::to_string(places[static_cast<std::size_t>(q)].node_index) +
-                " of its cross communicator, node rank 0 rank " +
-                std::to_string(places[0].node_index) +
-                ": the ranks of a node must share their cross rank (the node's index)";
-    else
-      for (int r = 0; r < node.size(); ++r)
-        if (within[r].failed) {
-          problem = "node rank " + std::to_string(r) +
-                    " found the cross communicators inconsistent (its error names how)";
-          break;
-        }
-  }
-  if (!problem.empty()) throw qsdp::error(std::string(where) + ": " + problem);
-}
 
 /// Runs fn(pair) on `world` threads as run_local does, the ranks grouped into nodes of `node_size`
 /// consecutive ranks: pair is a two_level<local_communicator, local_communicator> whose rank() is
@@ -432,32 +501,15 @@ template <class Fn>
 void run_local_nodes(int world, int node_size, Fn&& fn, fault_options options = {}) {
   constexpr const char* where = "qsdp::run_local_nodes";
   const auto timeout = detail::checked_local_world(world, options, local_default_timeout, where);
-  if (node_size < 1 || world % node_size != 0)
-    throw qsdp::error(std::string(where) + ": node_size is " + std::to_string(node_size) +
-                      "; expected a divisor of the world size " + std::to_string(world) +
-                      " (every node has as many ranks)");
-  const int nodes = world / node_size;
-  std::vector<std::unique_ptr<detail::local_world>> node_worlds, cross_worlds;
-  for (int n = 0; n < nodes; ++n)
-    node_worlds.push_back(std::make_unique<detail::local_world>(node_size, timeout));
-  for (int l = 0; l < node_size; ++l)
-    cross_worlds.push_back(std::make_unique<detail::local_world>(nodes, timeout));
-  detail::run_rank_threads(
-      world,
-      [&](int rank) {
-        const int n = rank / node_size, l = rank % node_size;
-        local_communicator node(*node_worlds[static_cast<std::size_t>(n)], l);
-        local_communicator cross(*cross_worlds[static_cast<std::size_t>(l)], n);
+  detail::run_node_grid<detail::local_world>(
+      world, node_size, where,
+      [&](int size) { return std::make_unique<detail::local_world>(size, timeout); },
+      [&](int, detail::local_world& node_world, int place, detail::local_world& cross_world,
+          int node_index) {
+        local_communicator node(node_world, place);
+        local_communicator cross(cross_world, node_index);
         two_level<local_communicator, local_communicator> pair(node, cross);
         fn(pair);
-      },
-      [&](int rank) {
-        node_worlds[static_cast<std::size_t>(rank / node_size)]->barrier.depart(rank % node_size);
-        cross_worlds[static_cast<std::size_t>(rank % node_size)]->barrier.depart(rank / node_size);
-      },
-      [&](int rank, const std::string& reason) {  // its two worlds: the others fail in turn
-        node_worlds[static_cast<std::size_t>(rank / node_size)]->barrier.break_with(reason);
-        cross_worlds[static_cast<std::size_t>(rank % node_size)]->barrier.break_with(reason);
       });
 }
 

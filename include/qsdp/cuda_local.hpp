@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,37 @@ class cuda_local_communicator : public detail::in_process_rank<detail::cuda_loca
 
 static_assert(device_communicator<cuda_local_communicator>);
 
+namespace detail {
+
+/// One rank thread of run_local_cuda / run_local_cuda_nodes: on `device`, runs body(stream) with a
+/// non-blocking stream of its own, which is drained and destroyed however body ends (after the
+/// communicators body made on it are gone: their scratch is freed in stream order).
+template <class Body>
+void with_rank_stream(int device, const char* where, Body&& body) {
+  cuda::check(cudaSetDevice(device), "cudaSetDevice", where);
+  cudaStream_t stream = nullptr;
+  cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+              "cudaStreamCreateWithFlags", where);
+  struct stream_guard {
+    cudaStream_t s;
+    ~stream_guard() {
+      (void)cudaStreamSynchronize(s);
+      (void)cudaStreamDestroy(s);
+    }
+  } guard{stream};
+  body(stream);
+}
+
+/// The end of a rank's fn: synchronises its stream and reports a bad packet a kernel found on any
+/// of its communicators.
+template <class... Comms>
+void finish_rank(cudaStream_t stream, const char* where, Comms&... comms) {
+  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  (comms.state().failures.poll(where, "the packet from rank"), ...);
+}
+
+}  // namespace detail
+
 /// Runs fn(comm) on `world` threads, one per rank, all on the calling thread's current CUDA device,
 /// each with its own non-blocking stream (comm.stream()). Each rank's stream is synchronised when
 /// fn returns, and a bad packet a kernel found is reported then. Failures behave as in run_local:
@@ -117,22 +149,40 @@ void run_local_cuda(int world, Fn&& fn, fault_options options = {}) {
   detail::cuda::check(cudaGetDevice(&device), "cudaGetDevice", where);
   detail::cuda_local_world shared(world, device, timeout);
   detail::run_rank_threads(world, shared.barrier, [&](int rank) {
-    detail::cuda::check(cudaSetDevice(device), "cudaSetDevice", where);
-    cudaStream_t stream = nullptr;
-    detail::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                        "cudaStreamCreateWithFlags", where);
-    struct stream_guard {  // drains and destroys the stream however the rank ends
-      cudaStream_t s;
-      ~stream_guard() {
-        (void)cudaStreamSynchronize(s);
-        (void)cudaStreamDestroy(s);
-      }
-    } guard{stream};
-    cuda_local_communicator comm(shared, rank, stream);
-    fn(comm);
-    detail::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
-    comm.state().failures.poll(where, "the packet from rank");
+    detail::with_rank_stream(device, where, [&](cudaStream_t stream) {
+      cuda_local_communicator comm(shared, rank, stream);
+      fn(comm);
+      detail::finish_rank(stream, where, comm);
+    });
   });
+}
+
+/// run_local_cuda with the ranks grouped into nodes of `node_size` consecutive ranks, as
+/// run_local_nodes does: fn(pair) gets a two_level<cuda_local_communicator,
+/// cuda_local_communicator> whose communicators share the rank's stream (pair.node().stream()).
+/// world must be a multiple of node_size (else a qsdp::error before any thread starts).
+template <class Fn>
+void run_local_cuda_nodes(int world, int node_size, Fn&& fn, fault_options options = {}) {
+  constexpr const char* where = "qsdp::run_local_cuda_nodes";
+  const std::chrono::milliseconds timeout =
+      detail::checked_local_world(world, options, local_default_timeout, where);
+  int device = 0;
+  detail::cuda::check(cudaGetDevice(&device), "cudaGetDevice", where);
+  detail::run_node_grid<detail::cuda_local_world>(
+      world, node_size, where,
+      [&](int size) { return std::make_unique<detail::cuda_local_world>(size, device, timeout); },
+      [&](int, detail::cuda_local_world& node_world, int place,
+          detail::cuda_local_world& cross_world, int node_index) {
+        detail::with_rank_stream(device, where, [&](cudaStream_t stream) {
+          cuda_local_communicator node(node_world, place, stream);
+          cuda_local_communicator cross(cross_world, node_index, stream);
+          {
+            two_level<cuda_local_communicator, cuda_local_communicator> pair(node, cross);
+            fn(pair);
+          }
+          detail::finish_rank(stream, where, node, cross);
+        });
+      });
 }
 
 }  // namespace qsdp

@@ -18,6 +18,37 @@ inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+/// A CUDA graph of what `work()` queues on `stream` (captured thread-locally; a capture that
+/// throws is ended before the exception leaves), instantiated and ready to launch.
+class captured_graph {
+ public:
+  template <class Work>
+  captured_graph(cudaStream_t stream, Work&& work) : stream_(stream) {
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      work();
+    } catch (...) {
+      (void)cudaStreamEndCapture(stream, &graph_);
+      if (graph_) (void)cudaGraphDestroy(graph_);
+      throw;
+    }
+    cuda_ok(cudaStreamEndCapture(stream, &graph_), "end capture");
+    cuda_ok(cudaGraphInstantiate(&exec_, graph_, 0), "instantiate");
+  }
+  captured_graph(const captured_graph&) = delete;
+  captured_graph& operator=(const captured_graph&) = delete;
+  ~captured_graph() {
+    if (exec_) (void)cudaGraphExecDestroy(exec_);
+    if (graph_) (void)cudaGraphDestroy(graph_);
+  }
+  void launch() { cuda_ok(cudaGraphLaunch(exec_, stream_), "graph launch"); }
+
+ private:
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 /// A device buffer with room for `bytes` at byte offset `offset` (Thrust owns the memory).
 struct device_bytes {
   thrust::device_vector<unsigned char> storage;
@@ -71,30 +102,20 @@ std::vector<std::vector<std::byte>> graph_encode_replays(const Q& q, const std::
   auto* calls = reinterpret_cast<std::uint64_t*>(counter.get());
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreate(&stream), "stream");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
   // The first device codec call on a device allocates its failure record: not under capture.
   qsdp::synchronize_and_check(stream);
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  try {
+  captured_graph graph(stream, [&] {
     qsdp::encode(q, reinterpret_cast<const T*>(src.get()), x.size(), packet.get(),
                  qsdp::device_rng_position{.call = calls, .stream = 3}, stream);
-  } catch (...) {
-    (void)cudaStreamEndCapture(stream, &graph);
-    throw;
-  }
-  cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  });
   std::vector<std::vector<std::byte>> packets;
   for (int r = 0; r < replays; ++r) {
-    cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+    graph.launch();
     qsdp::synchronize_and_check(stream);
     packets.emplace_back(bytes);
     packet.download(packets.back().data(), bytes);
   }
   counter.download(final_call, sizeof *final_call);
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
   (void)cudaStreamDestroy(stream);
   return packets;
 }

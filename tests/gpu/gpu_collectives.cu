@@ -128,25 +128,14 @@ std::vector<std::vector<T>> nccl_one_rank(const Q& q, const std::vector<T>& x, b
       if (graph_replay) {  // the first call agreed and sized the scratch; capture the same call
                            // again
         cuda_ok(cudaStreamSynchronize(stream), "sync");
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
         cuda_ok(cudaMemsetAsync(d, 0, x.size() * sizeof(T), stream), "clear");
         if (kind == collective::all_reduce)
           cuda_ok(cudaMemcpyAsync(d, s, x.size() * sizeof(T), cudaMemcpyDeviceToDevice, stream),
                   "copy");
-        cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-        try {
-          call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
-        } catch (...) {
-          (void)cudaStreamEndCapture(stream, &graph);
-          throw;
-        }
-        cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-        cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-        cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+        captured_graph graph(
+            stream, [&] { call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream); });
+        graph.launch();
         cuda_ok(cudaStreamSynchronize(stream), "sync");
-        (void)cudaGraphExecDestroy(exec);
-        (void)cudaGraphDestroy(graph);
       }
       cuda_ok(cudaStreamSynchronize(stream), "sync");
       comm.check_async_error();
@@ -199,24 +188,16 @@ std::vector<std::vector<T>> nccl_graph_replays(collective kind, const Q& q, cons
     restart();
     call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
     fetch();
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    try {
-      restart();
-      call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
-    } catch (...) {
-      (void)cudaStreamEndCapture(stream, &graph);
-      throw;
+    {
+      captured_graph graph(stream, [&] {
+        restart();
+        call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
+      });
+      for (int r = 0; r < replays; ++r) {
+        graph.launch();
+        fetch();
+      }
     }
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    for (int r = 0; r < replays; ++r) {
-      cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
-      fetch();
-    }
-    (void)cudaGraphExecDestroy(exec);
-    (void)cudaGraphDestroy(graph);
     restart();
     call(kind, comm, q, s, d, x.size(), qsdp::reduce_op::sum, stream);
     fetch();

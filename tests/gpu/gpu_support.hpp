@@ -90,4 +90,23 @@ std::vector<std::vector<std::vector<T>>> device_delta_gather(
 /// "misaligned call counter".
 std::string device_bad_input(const std::string& which);
 
+/// A two-level collective among world ranks of run_local_cuda_nodes (nodes of node_size ranks, one
+/// GPU), `calls` times in a row; returns every rank's output of the last call (inputs as
+/// device_collective's). With `errors`, a rank's qsdp::error is caught and its message stored
+/// there (that rank's output stays empty); without, it propagates. Rank `odd_rank` (if any) calls
+/// with count + 1 values, as a rank that called differently.
+template <class Inside, class Across, class T>
+std::vector<std::vector<T>> device_two_level(
+    collective kind, const qsdp::level_policies<Inside, Across>& q, int world, int node_size,
+    std::size_t count, const std::vector<std::vector<T>>& inputs, qsdp::reduce_op op, int calls = 1,
+    qsdp::call_options options = {}, std::vector<std::string>* errors = nullptr, int odd_rank = -1);
+
+/// A two_level pair of two one-rank NCCL communicators (ncclCommInitAll over device 0, twice):
+/// the two-level all_gather, reduce_scatter (sum) and all_reduce (sum) of x, outputs in that
+/// order; with graph_replay, each is called once, then captured in a CUDA graph and replayed (the
+/// replay's output is returned). Throws if NCCL was not found when the tests were built.
+template <class Inside, class Across, class T>
+std::vector<std::vector<T>> nccl_two_level_one_rank(const qsdp::level_policies<Inside, Across>& q,
+                                                    const std::vector<T>& x, bool graph_replay);
+
 }  // namespace gpu_test

@@ -69,6 +69,17 @@ void check_device_collective(Comm& comm, const Q& q, const void* a, const char* 
                              "the packet from rank");  // a bad packet seen by an earlier call
 }
 
+/// The first call of a signature checks on the host that every rank made it, which a CUDA graph
+/// capture cannot contain: refuse it there, with what to do instead.
+inline void refuse_first_call_in_capture(cudaStream_t stream, const char* where) {
+  if (capturing(stream, where))
+    throw qsdp::error(
+        std::string(where) +
+        ": the first call with these arguments checks on the host that every rank made the "
+        "same call, which cannot happen inside CUDA graph capture; make the call once "
+        "before capturing it");
+}
+
 /// The descriptor agreement, once per call signature (see the file comment). `scratch` holds
 /// world + 1 descriptors of device memory (plan_scratch's descriptor section).
 template <class Comm>
@@ -76,26 +87,9 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
                 const char* where) {
   device_state& state = comm.state();
   if (state.agreed.contains(&mine)) return;
-  if (capturing(stream, where))
-    throw qsdp::error(
-        std::string(where) +
-        ": the first call with these arguments checks on the host that every rank made the "
-        "same call, which cannot happen inside CUDA graph capture; make the call once "
-        "before capturing it");
-  const auto world = static_cast<std::size_t>(comm.size());
-  std::vector<std::byte> all(world * sizeof mine);
-  check(cudaMemcpyAsync(scratch, &mine, sizeof mine, cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync", where);
-  comm.all_gather_bytes(scratch, scratch + sizeof mine, sizeof mine, stream);
-  check(cudaMemcpyAsync(all.data(), scratch + sizeof mine, all.size(), cudaMemcpyDeviceToHost,
-                        stream),
-        "cudaMemcpyAsync", where);
-  // A communicator with a watchdog (nccl_communicator::synchronize) waits with it, so a peer that
-  // died before this first call is an error after its timeout rather than a hang here.
-  if constexpr (requires { comm.synchronize(stream); })
-    comm.synchronize(stream);
-  else
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  refuse_first_call_in_capture(stream, where);
+  std::vector<std::byte> all(static_cast<std::size_t>(comm.size()) * sizeof mine);
+  gather_to_host(comm, &mine, sizeof mine, scratch, all.data(), stream, where);
   check_descriptors(all.data(), comm.size(), where);
   state.agreed.remember(&mine);
 }
@@ -239,16 +233,18 @@ class device_steps {
 /// caller's policy, or with qsdp::identity where the size gate sends the values uncompressed. On
 /// the device the agreement is already folded away after a signature's first call, so the gate
 /// only needs the identity pipeline, whose results equal the host's gated ones bit for bit.
+/// stream_base: as run_host_collective's (a level of a two-level call).
 template <class Comm, class Q, class T>
 void run_device_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
                            T* b, std::size_t count, call_options options, cudaStream_t stream,
-                           const char* where) {
+                           const char* where, std::uint32_t stream_base = 0) {
   const bool in_place = kind == collective_kind::all_reduce;
   check_device_collective<Comm, Q, T>(comm, q, a, in_place ? "data" : "send", b,
                                       in_place ? "data" : "recv", count, stream, where);
   if (kind != collective_kind::all_gather) check_op(op, where);
   check_max_pieces(options.max_pieces, where);
-  const collective_call plan = plan_collective<Q, T>(comm, q, kind, op, count, options);
+  const collective_call plan =
+      plan_collective<Q, T>(comm, q, kind, op, count, options, stream_base);
   std::byte* const scratch = comm.state().workspace.get(plan.scratch.total, stream, where);
   agree_once(comm, plan.descriptor, scratch + plan.scratch.descriptors, stream, where);
   if (plan.uncompressed) {
