@@ -4,8 +4,8 @@
 // MPI, side by side in one MPI job, on fp32 values per rank from -b to -e (multiplied by -f):
 //
 //   reduce_scatter (gradients: N(0, 1e-3), one in 97 N(0, 1)): MPI_Reduce_scatter_block, flat
-//     stochastic<8> and <4>, two-level {stochastic<8> inside, stochastic<4> across} and
-//     {stochastic<8>, hadamard<stochastic<4>>}
+//     stochastic<8> and <4>, two-level {stochastic<8> inside, stochastic<4> across},
+//     {stochastic<8>, hadamard<stochastic<4>>} and {identity, hadamard<stochastic<4>>}
 //   all_gather (weights: N(0, 0.02)): MPI_Allgather, flat random_shift<8> and <4>, two-level
 //     {random_shift<8>, random_shift<8>} and {identity, random_shift<8>}
 //
@@ -140,6 +140,7 @@ struct row {
   std::string op, variant;
   std::size_t bytes_per_rank;
   double seconds, error;
+  std::size_t plain;  // the index of this op and size's plain MPI row; flat 8-bit is the next
 };
 
 int g_rank = 0, g_world = 1;
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
          size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
       const std::size_t count = static_cast<std::size_t>(size) / sizeof(float);
       const std::size_t bytes = count * sizeof(float);
+      const std::size_t size_rows = rows.size();
       if (o.op != "all_gather") {
         const auto grads = make_values(count * w, g_rank, true);
         std::vector<double> exact(count, 0.0);
@@ -177,9 +179,10 @@ int main(int argc, char** argv) {
                                    MPI_SUM, MPI_COMM_WORLD);
         }
         std::vector<float> out(count);
+        const std::size_t plain = rows.size();
         auto add = [&](const std::string& variant, const std::function<void()>& call) {
           const double t = time_call(o, call);
-          rows.push_back({"reduce_scatter", variant, bytes, t, rel_l2(out, exact)});
+          rows.push_back({"reduce_scatter", variant, bytes, t, rel_l2(out, exact), plain});
         };
         add("MPI_Reduce_scatter_block", [&] {
           MPI_Reduce_scatter_block(grads.data(), out.data(), static_cast<int>(count), MPI_FLOAT,
@@ -206,6 +209,13 @@ int main(int argc, char** argv) {
                                    qsdp::hadamard<qsdp::stochastic<4>>{{.seed = 2}}},
               grads.data(), out.data(), count, qsdp::reduce_op::sum);
         });
+        add("two-level identity | hadamard<stochastic<4>>", [&] {
+          qsdp::reduce_scatter(
+              pair,
+              qsdp::level_policies{qsdp::identity{},
+                                   qsdp::hadamard<qsdp::stochastic<4>>{{.seed = 2}}},
+              grads.data(), out.data(), count, qsdp::reduce_op::sum);
+        });
       }
       if (o.op != "reduce_scatter") {
         const auto shard = make_values(count, g_rank, false);
@@ -216,9 +226,10 @@ int main(int argc, char** argv) {
                         static_cast<int>(count), MPI_DOUBLE, MPI_COMM_WORLD);
         }
         std::vector<float> full(count * w);
+        const std::size_t plain = rows.size();
         auto add = [&](const std::string& variant, const std::function<void()>& call) {
           const double t = time_call(o, call);
-          rows.push_back({"all_gather", variant, bytes, t, rel_l2(full, exact)});
+          rows.push_back({"all_gather", variant, bytes, t, rel_l2(full, exact), plain});
         };
         add("MPI_Allgather", [&] {
           MPI_Allgather(shard.data(), static_cast<int>(count), MPI_FLOAT, full.data(),
@@ -245,10 +256,10 @@ int main(int argc, char** argv) {
         });
       }
       if (g_rank == 0) {
-        for (std::size_t i = rows.size() - (o.op == "both" ? 10 : 5); i < rows.size(); ++i) {
+        for (std::size_t i = size_rows; i < rows.size(); ++i) {
           const row& r = rows[i];
-          const row& base = rows[i - (i % 5)];       // the plain MPI call of this op and size
-          const row& flat8 = rows[i - (i % 5) + 1];  // flat 8-bit
+          const row& base = rows[r.plain];
+          const row& flat8 = rows[r.plain + 1];
           std::printf(
               "%-15s %10zu  %-50s %10.1f us  %6.2fx vs MPI  %6.2fx vs flat 8-bit  rel. L2 %.3e\n",
               r.op.c_str(), r.bytes_per_rank, r.variant.c_str(), r.seconds * 1e6,
