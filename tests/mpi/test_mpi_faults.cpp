@@ -4,18 +4,20 @@
 // plain MPI program (like test_mpi_communicator.cpp): every rank runs a few qsdp::all_gather /
 // reduce_scatter calls on host buffers, then rank 1 injects the fault named on the command line
 // before the last collective:
-//   none    no fault: every rank finishes and the program exits 0 (the harness itself works)
-//   abort   std::abort()                        (Open MPI kills the job: a rank died on a signal)
-//   exit    std::exit(3), without MPI_Finalize  (Open MPI kills the job: a rank exited improperly)
-//   throw   a qsdp::error that main catches, prints, and answers with MPI_Abort (what users should
-//   do) segv    raise(SIGSEGV)                      (Open MPI kills the job: a rank died on a
-//   signal) hang    rank 1 sleeps forever               (the others' fault_options::timeout ends
-//   the job) skip    rank 1 skips the last collective and calls MPI_Finalize (the timeout ends the
-//   job)
-// Usage: qsdp_test_mpi_faults <mode> [timeout_ms]. The default timeout is 2000 ms for none, hang
-// and skip, 0 (blocking MPI calls) for the modes where a rank dies, to show that Open MPI alone
-// ends those. Needs at least 2 ranks. tests/mpi/check_mpi_fault.cmake runs it under mpiexec (ctest:
-// mpi.fault.*).
+//   none         no fault: every rank finishes and the program exits 0 (the harness works)
+//   abort        std::abort() (Open MPI kills the job: a rank died on a signal)
+//   exit         std::exit(3), without MPI_Finalize (Open MPI kills the job)
+//   throw        a qsdp::error that main catches, prints and answers with MPI_Abort (what users
+//                should do)
+//   segv         raise(SIGSEGV) (Open MPI kills the job: a rank died on a signal)
+//   hang         rank 1 sleeps forever (the others' fault_options::timeout ends the job)
+//   hang-pieced  the same while the others wait in a reduce_scatter in pipeline pieces, whose
+//                non-blocking exchanges time out in mpi_communicator::wait
+//   skip         rank 1 skips the last collective and calls MPI_Finalize (the timeout ends the job)
+// Usage: qsdp_test_mpi_faults <mode> [timeout_ms]. The default timeout is 2000 ms for none, the
+// hangs and skip, 0 (blocking MPI calls) for the modes where a rank dies, to show that Open MPI
+// alone ends those. Needs at least 2 ranks. tests/mpi/check_mpi_fault.cmake runs it under mpiexec
+// (ctest: mpi.fault.*).
 #include <qsdp/collectives.hpp>
 #include <qsdp/mpi.hpp>
 
@@ -38,15 +40,19 @@ namespace {
 using qsdp_mpi_test::check;
 using qsdp_mpi_test::g_rank;
 
-enum class fault { none, abort, exit, throw_error, segv, hang, skip };
+enum class fault { none, abort, exit, throw_error, segv, hang, hang_pieced, skip };
 
 struct fault_name {
   fault mode;
   const char* name;
 };
-constexpr fault_name fault_names[] = {{fault::none, "none"}, {fault::abort, "abort"},
-                                      {fault::exit, "exit"}, {fault::throw_error, "throw"},
-                                      {fault::segv, "segv"}, {fault::hang, "hang"},
+constexpr fault_name fault_names[] = {{fault::none, "none"},
+                                      {fault::abort, "abort"},
+                                      {fault::exit, "exit"},
+                                      {fault::throw_error, "throw"},
+                                      {fault::segv, "segv"},
+                                      {fault::hang, "hang"},
+                                      {fault::hang_pieced, "hang-pieced"},
                                       {fault::skip, "skip"}};
 
 const char* name_of(fault mode) {
@@ -63,6 +69,9 @@ float input_value(int rank, int round, std::size_t i) {
 
 constexpr std::size_t count = 4096;  // values per rank
 constexpr int rounds = 3;            // each: all_gather, then reduce_scatter
+// hang-pieced's reduce_scatter: two pipeline pieces of qsdp::min_piece_bytes per chunk.
+constexpr std::size_t pieced_count = 2 * (qsdp::min_piece_bytes / sizeof(float));
+constexpr qsdp::call_options pieced_options{.max_pieces = 2};
 
 /// What one rank received in one run of the sequence, to compare runs bit for bit.
 struct results {
@@ -109,11 +118,30 @@ results run_collectives(qsdp::mpi_communicator& comm, fault mode) {
                                qsdp::reduce_op::sum);
           break;
         case fault::segv: std::raise(SIGSEGV); break;
+        case fault::hang_pieced: {
+          // Rank 1 agrees on the others' pieced call (the descriptor exchange that begins every
+          // compressed call), so that they go on to its exchanges, then hangs before them.
+          const auto mine = qsdp::detail::describe_call<qsdp::stochastic<8>, float>(
+              policy, qsdp::detail::collective_kind::reduce_scatter, qsdp::reduce_op::sum,
+              pieced_count, world, pieced_options);
+          std::vector<std::byte> all(ranks * sizeof mine);
+          comm.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine), all.data(), sizeof mine);
+        }
+          [[fallthrough]];
         case fault::hang:
           for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
         case fault::skip: return out;  // skips the reduce_scatter; main calls MPI_Finalize
         case fault::none: break;
       }
+    }
+
+    if (round == rounds - 1 && mode == fault::hang_pieced) {
+      // The waiting ranks' call runs in pieces (call_options::max_pieces): its exchanges are
+      // started non-blocking and waited for with the polled timeout (mpi_communicator::wait).
+      const std::vector<float> send(pieced_count * ranks, 0.5f);
+      std::vector<float> chunk(pieced_count);
+      qsdp::reduce_scatter(comm, policy, send.data(), chunk.data(), pieced_count,
+                           qsdp::reduce_op::sum, pieced_options);
     }
 
     // Every rank sends the same values (full) to every rank: rank r's chunk of the sum is world
@@ -173,7 +201,8 @@ int main(int argc, char** argv) {
     if (g_rank == 0)
       std::fprintf(
           stderr,
-          "usage: mpiexec -n <2 or more> %s none|abort|exit|throw|segv|hang|skip [timeout_ms]\n",
+          "usage: mpiexec -n <2 or more> %s none|abort|exit|throw|segv|hang|hang-pieced|skip "
+          "[timeout_ms]\n",
           argv[0]);
     MPI_Finalize();
     return 2;
