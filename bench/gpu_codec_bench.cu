@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include <qsdp/codec.hpp>
+#include <qsdp/device_codec.hpp>
 #include <qsdp/collectives.hpp>  // reduce_sink: to time reduce-scatter's fused kernel alone
 
 namespace {

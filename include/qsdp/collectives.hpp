@@ -28,19 +28,18 @@
 
 #include "call_options.hpp"
 #include "codec.hpp"
+#include "collective_types.hpp"
 #include "communicator.hpp"
 #include "quantizers.hpp"
 
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 #include <cuda_runtime.h>
 
+#include "device_codec.hpp"
 #include "device_communicator.hpp"
 #endif
 
 namespace qsdp {
-
-/// How reduce_scatter and all_reduce combine the ranks' values.
-enum class reduce_op : std::uint32_t { sum = 1, avg = 2 };
 
 // ---- Host buffers, over a communicator (local_communicator, mpi_communicator)
 // --------------------- Collective: every rank makes the same call (policy, bits, bucket size,
@@ -141,17 +140,6 @@ class delta_gather {
 // take a pair of device communicators. Rank r = node index x node size + place in the
 // node; counts, buffers and ops as in the flat calls. Both levels agree on the call (a rank that
 // called differently makes every rank throw), and each decides the size gate on its own exchange.
-
-/// The policies of a two-level collective: `inside` for the exchanges within a node, `across` for
-/// those between nodes (e.g. stochastic<8> inside, hadamard<stochastic<4>> across; identity inside
-/// sends the node's links exact values).
-template <class Inside, class Across>
-struct level_policies {
-  Inside inside;
-  Across across;
-};
-template <class Inside, class Across>
-level_policies(Inside, Across) -> level_policies<Inside, Across>;
 
 /// Two-level reduce-scatter: the ranks of each node first reduce-scatter within the node (policy
 /// inside) so that each holds its node's sums of the chunks of its place in every node, then the

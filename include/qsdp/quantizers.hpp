@@ -12,7 +12,6 @@
 // lane, so no path can drift from another.
 #pragma once
 
-#include <atomic>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -23,42 +22,9 @@
 #include "detail/codec/grid.hpp"
 #include "detail/codec/hadamard.hpp"
 #include "detail/codec/policy_traits.hpp"
+#include "policy.hpp"
 
 namespace qsdp {
-
-/// What the codec tells a policy about one bucket (finite values only; see codec.hpp for the rest).
-struct bucket_stats {
-  float min = 0.0f;       ///< smallest value of the bucket
-  float max = 0.0f;       ///< largest value
-  float abs_max = 0.0f;   ///< max(|min|, |max|)
-  std::size_t count = 0;  ///< values in the bucket (the last bucket may be short)
-  float u = 0.0f;         ///< U[0,1) draw for this bucket when the policy sets randomized_buckets
-};
-
-/// Call index of a randomized policy: every encode through the policy object takes the next index,
-/// so each call draws fresh random numbers, and a run is reproducible from the seed and the call
-/// sequence. Copies carry the current index; advancing is atomic, so sharing one policy between
-/// threads is safe (though then the order of calls between threads decides who gets which index).
-class call_counter {
- public:
-  call_counter() noexcept = default;
-  call_counter(const call_counter& other) noexcept : next_(other.next()) {}
-  call_counter& operator=(const call_counter& other) noexcept {
-    next_.store(other.next(), std::memory_order_relaxed);
-    return *this;
-  }
-  /// Index the next call will use.
-  std::uint64_t next() const noexcept { return next_.load(std::memory_order_relaxed); }
-  /// Takes the next index (the codec calls this once per encode).
-  std::uint64_t advance() const noexcept { return next_.fetch_add(1, std::memory_order_relaxed); }
-  /// Rewinds (or forwards) the sequence, e.g. to replay a run.
-  void reset(std::uint64_t next_index = 0) noexcept {
-    next_.store(next_index, std::memory_order_relaxed);
-  }
-
- private:
-  mutable std::atomic<std::uint64_t> next_{0};
-};
 
 // ---------------------------------------------------------------------------------------------------
 // Built-in policies. Error bounds (plus float rounding), with L = 2^B - 1:
@@ -195,37 +161,6 @@ struct random_shift {
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
-
-/// No quantization: the codec copies the values into the packet unchanged (bit-exact), through the
-/// same code path as the quantizers, for baselines.
-struct identity {
-  static constexpr std::uint8_t wire_id = 5;
-  static constexpr const char* name = "identity";
-};
-
-// ---------------------------------------------------------------------------------------------------
-// The plug-in point: any type with these members is a quantizer (see docs and README).
-// ---------------------------------------------------------------------------------------------------
-
-/// A quantizer policy (see the contract in README.md / DESIGN.md).
-template <class Q>
-concept quantizer =
-    detail::has_bits<Q> && detail::has_randomized<Q> && detail::has_bucket_size<Q> &&
-    detail::has_meta_type<Q> && detail::has_fit<Q> && detail::has_encode<Q> &&
-    detail::has_decode<Q> && detail::valid_bits<Q> && detail::valid_meta<Q>;
-
-/// Any policy the codec accepts: a quantizer or qsdp::identity.
-template <class Q>
-concept codec_policy = quantizer<Q> || std::same_as<std::remove_cv_t<Q>, identity>;
-
-/// Name of a policy for tables and messages ("uniform", "stochastic", ..., or "user-defined").
-template <class Q>
-constexpr const char* policy_name() {
-  if constexpr (requires { Q::name; })
-    return Q::name;
-  else
-    return "user-defined";
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Rotated buckets.

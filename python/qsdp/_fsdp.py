@@ -18,15 +18,21 @@ uncompressed and is counted as such in stats() ("fallback_calls"), never silentl
 below the size gate (min_compressed_bytes, "gated_calls"), which qsdp sends exactly. Reduce ops: SUM
 and AVG (FSDP's choice for float32 and bfloat16 gradients, and its pre/post-divided SUM for float16);
 a PREMUL_SUM (set_gradient_divide_factor with a factor other than the world size) raises.
+
+This module sits above qsdp.torch's collectives without importing qsdp.torch: qsdp.torch builds its
+`fsdp` attribute as FsdpHooks(...) from its own functions, so the two modules do not import each
+other.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["compress", "Handle"]
+__all__ = ["FsdpHooks", "Handle"]
 
 _QUANTIZABLE = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -65,13 +71,26 @@ def _op(op, where):
                      "than the world size)")
 
 
+@dataclass(frozen=True)
+class _Collectives:
+    """What the hooks call: qsdp.torch's policies, collectives and size gate."""
+    policy_type: type
+    delta_gather: Callable[..., Any]
+    compressed_size: Callable[..., int]
+    all_gather_into_tensor: Callable[..., Any]
+    reduce_scatter_tensor: Callable[..., Any]
+    sends_uncompressed: Callable[..., bool]
+    gate: Callable[..., int]
+
+
 class _AllGather:
     """FSDP's AllGather interface (torch.distributed.fsdp._fully_shard._fsdp_api) over
     qsdp.torch.all_gather_into_tensor, or over a qsdp.torch.DeltaGather of its own (deltas=True:
     one per FSDP module, so per parameter group)."""
 
-    def __init__(self, policy, counter: _Counter, deltas: bool, min_compressed_bytes):
-        self.policy, self.counter, self.deltas = policy, counter, deltas
+    def __init__(self, qt: _Collectives, policy, counter: _Counter, deltas: bool,
+                 min_compressed_bytes):
+        self.qt, self.policy, self.counter, self.deltas = qt, policy, counter, deltas
         self.min_compressed_bytes = min_compressed_bytes
         self.delta = None
 
@@ -85,14 +104,15 @@ class _AllGather:
         return None  # done: FSDP waits on a Work only when one is returned
 
     def _gather(self, output_tensor, input_tensor, group):
-        from . import torch as qt
+        qt = self.qt
         c = self.counter
         c.calls += 1
         c.uncompressed_bytes += _bytes(input_tensor)
         if input_tensor.dtype in _QUANTIZABLE and self.deltas:
             d = self.delta
             if d is None:
-                d = self.delta = qt.DeltaGather(input_tensor.numel(), input_tensor.dtype, group)
+                d = self.delta = qt.delta_gather(input_tensor.numel(), input_tensor.dtype,
+                                                 group)
             elif d.count != input_tensor.numel() or d.dtype != input_tensor.dtype:
                 raise ValueError("qsdp.torch.fsdp all-gather: FSDP handed over "
                                  f"{input_tensor.numel()} values of {input_tensor.dtype}, this "
@@ -104,7 +124,7 @@ class _AllGather:
             gate = self.min_compressed_bytes
             qt.all_gather_into_tensor(output_tensor, input_tensor, self.policy, group=group,
                                       min_compressed_bytes=gate)
-            if qt._sends_uncompressed(input_tensor, input_tensor.numel(), gate):
+            if qt.sends_uncompressed(input_tensor, input_tensor.numel(), gate):
                 c.bytes += _bytes(input_tensor)
                 c.gated_calls += 1
             else:
@@ -119,8 +139,8 @@ class _AllGather:
 class _ReduceScatter:
     """FSDP's ReduceScatter interface over qsdp.torch.reduce_scatter_tensor."""
 
-    def __init__(self, policy, counter: _Counter, min_compressed_bytes):
-        self.policy, self.counter = policy, counter
+    def __init__(self, qt: _Collectives, policy, counter: _Counter, min_compressed_bytes):
+        self.qt, self.policy, self.counter = qt, policy, counter
         self.min_compressed_bytes = min_compressed_bytes
 
     def allocate(self, size, *, dtype, device):
@@ -133,7 +153,7 @@ class _ReduceScatter:
         return None
 
     def _reduce(self, output_tensor, input_tensor, group, op):
-        from . import torch as qt
+        qt = self.qt
         name = _op(op, "qsdp.torch.fsdp reduce-scatter")
         c = self.counter
         c.calls += 1
@@ -142,7 +162,7 @@ class _ReduceScatter:
             gate = self.min_compressed_bytes
             qt.reduce_scatter_tensor(output_tensor, input_tensor, self.policy, op=name,
                                      group=group, min_compressed_bytes=gate)
-            if qt._sends_uncompressed(output_tensor, output_tensor.numel(), gate):
+            if qt.sends_uncompressed(output_tensor, output_tensor.numel(), gate):
                 c.bytes += _bytes(input_tensor)
                 c.gated_calls += 1
             else:
@@ -171,33 +191,45 @@ class Handle:
                 "reduce_scatter": self._reduce_scatter.as_dict()}
 
 
-def compress(model: torch.nn.Module, weights=None, grads=None, *,
-             weight_deltas: bool = False, min_compressed_bytes=None) -> Handle:
-    """Compresses the all-gather of weights with policy `weights` and the reduce-scatter of
-    gradients with policy `grads` in every FSDPModule (fully_shard) of `model`. weight_deltas:
-    gather each parameter group through a qsdp.torch.DeltaGather (SDP4Bit's weight differences:
-    4-bit weights that train like 8-bit ones), at the cost of a full copy of the gathered weights
-    on every rank (the reconstruction); a DeltaGather always quantizes. min_compressed_bytes: the
-    size gate of the collectives (None: qsdp.torch.DEFAULT_MIN_COMPRESSED_BYTES; 0 compresses
-    every buffer)."""
-    from torch.distributed.fsdp import FSDPModule
+class FsdpHooks:
+    """qsdp.torch.fsdp: compress(model, weights=..., grads=...) installs qsdp's collectives as the
+    custom all-gather and reduce-scatter of FSDP2 modules; Handle is what it returns."""
 
-    from . import torch as qt
-    where = "qsdp.torch.fsdp.compress"
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"{where}: model is {type(model).__name__}; expected a torch.nn.Module")
-    for name, policy in (("weights", weights), ("grads", grads)):
-        if policy is not None and not isinstance(policy, qt.Policy):
-            raise TypeError(f"{where}: {name} is {policy!r}; expected a qsdp.torch policy or None")
-    gate = qt._gate(min_compressed_bytes, where)
-    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
-    if not modules:
-        raise ValueError(f"{where}: model has no FSDPModule; call fully_shard on it (and its "
-                         "blocks) first")
-    gathered, reduced = _Counter(), _Counter()
-    for m in modules:
-        if weights is not None:
-            m.set_custom_all_gather(_AllGather(weights, gathered, bool(weight_deltas), gate))
-        if grads is not None:
-            m.set_custom_reduce_scatter(_ReduceScatter(grads, reduced, gate))
-    return Handle(modules, gathered, reduced)
+    Handle = Handle
+
+    def __init__(self, **collectives):
+        self._collectives = _Collectives(**collectives)
+
+    def compress(self, model: torch.nn.Module, weights=None, grads=None, *,
+                 weight_deltas: bool = False, min_compressed_bytes=None) -> Handle:
+        """Compresses the all-gather of weights with policy `weights` and the reduce-scatter of
+        gradients with policy `grads` in every FSDPModule (fully_shard) of `model`. weight_deltas:
+        gather each parameter group through a qsdp.torch.DeltaGather (SDP4Bit's weight
+        differences: 4-bit weights that train like 8-bit ones), at the cost of a full copy of the
+        gathered weights on every rank (the reconstruction); a DeltaGather always quantizes.
+        min_compressed_bytes: the size gate of the collectives (None:
+        qsdp.torch.DEFAULT_MIN_COMPRESSED_BYTES; 0 compresses every buffer)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        qt = self._collectives
+        where = "qsdp.torch.fsdp.compress"
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{where}: model is {type(model).__name__}; expected a "
+                            "torch.nn.Module")
+        for name, policy in (("weights", weights), ("grads", grads)):
+            if policy is not None and not isinstance(policy, qt.policy_type):
+                raise TypeError(f"{where}: {name} is {policy!r}; expected a qsdp.torch policy "
+                                "or None")
+        gate = qt.gate(min_compressed_bytes, where)
+        modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        if not modules:
+            raise ValueError(f"{where}: model has no FSDPModule; call fully_shard on it (and its "
+                             "blocks) first")
+        gathered, reduced = _Counter(), _Counter()
+        for m in modules:
+            if weights is not None:
+                m.set_custom_all_gather(
+                    _AllGather(qt, weights, gathered, bool(weight_deltas), gate))
+            if grads is not None:
+                m.set_custom_reduce_scatter(_ReduceScatter(qt, grads, reduced, gate))
+        return Handle(modules, gathered, reduced)

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from . import _ext
-from . import _fsdp as fsdp
+from . import _fsdp
 from ._ext import Error
 
 __all__ = [
@@ -524,3 +524,11 @@ class DeltaGather:
             raise ValueError(f"{where}: output has {output.numel()} values; expected world size "
                              f"{world} x count {self.count} = {self.count * world}")
         q._impl.delta_all_gather(self._impl, self._comm, input.data_ptr(), output.data_ptr())
+
+
+#: FSDP2 (fully_shard) with these collectives: fsdp.compress(model, weights=..., grads=...).
+fsdp = _fsdp.FsdpHooks(policy_type=Policy, delta_gather=DeltaGather,
+                       compressed_size=compressed_size,
+                       all_gather_into_tensor=all_gather_into_tensor,
+                       reduce_scatter_tensor=reduce_scatter_tensor,
+                       sends_uncompressed=_sends_uncompressed, gate=_gate)

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <qsdp/codec.hpp>
+#include <qsdp/device_codec.hpp>
 
 #include "gpu_support.hpp"
 

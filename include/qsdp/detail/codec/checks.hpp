@@ -10,7 +10,7 @@
 #include <string>
 
 #include "../../config.hpp"
-#include "../../quantizers.hpp"
+#include "../../policy.hpp"
 #include "float_types.hpp"
 #include "format.hpp"
 #include "philox.hpp"

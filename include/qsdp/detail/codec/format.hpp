@@ -15,7 +15,7 @@
 #include <string>
 
 #include "../../config.hpp"
-#include "../../quantizers.hpp"
+#include "../../policy.hpp"
 #include "float_types.hpp"
 #include "hadamard.hpp"
 

@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "../../config.hpp"
-#include "../../quantizers.hpp"
+#include "../../policy.hpp"
 #include "float_types.hpp"
 #include "format.hpp"
 #include "grid.hpp"

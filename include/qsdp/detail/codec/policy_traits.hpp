@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // What the library needs to know about a policy type, and the pieces of the qsdp::quantizer concept
-// (quantizers.hpp): one trait per optional member (randomized buckets, wire id and tag, seed), one
+// (policy.hpp): one trait per optional member (randomized buckets, wire id and tag, seed), one
 // concept per required member, and require_policy, which turns a type that is not a policy into one
 // compiler message naming the missing member. Also the metadata types of the built-in policies.
 #pragma once
@@ -14,7 +14,7 @@
 #include "../../config.hpp"
 
 namespace qsdp {
-struct bucket_stats;  // quantizers.hpp
+struct bucket_stats;  // policy.hpp
 struct identity;
 }  // namespace qsdp
 

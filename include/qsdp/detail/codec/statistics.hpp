@@ -10,7 +10,7 @@
 #include <initializer_list>
 
 #include "../../config.hpp"
-#include "../../quantizers.hpp"
+#include "../../policy.hpp"
 #include "float_types.hpp"
 #include "philox.hpp"
 

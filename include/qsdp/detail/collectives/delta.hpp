@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// qsdp::delta_gather (declared and documented in qsdp/collectives.hpp) on host buffers: the
-// difference against the reconstruction, qsdp::all_gather of the differences (its descriptor
-// agreement and packet checks included), and the same update of the reconstruction on every rank.
+// qsdp::delta_gather (declared and documented in qsdp/collectives.hpp, which includes this file
+// after its declarations) on host buffers: the difference against the reconstruction,
+// qsdp::all_gather of the differences (its descriptor agreement and packet checks included), and
+// the same update of the reconstruction on every rank.
 #pragma once
 
 #include <cmath>
@@ -14,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../collectives.hpp"
+#include "../../collective_types.hpp"
 #include "../codec/checks.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/hadamard.hpp"

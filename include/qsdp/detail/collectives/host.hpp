@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The collectives on host buffers (declared and documented in qsdp/collectives.hpp): the pipelines
-// of pipeline.hpp with the host codec and the communicator's byte exchanges, in the scratch that
-// plan_scratch lays out in the communicator's workspace.
+// The collectives on host buffers (declared and documented in qsdp/collectives.hpp, which includes
+// this file after its declarations): the pipelines of pipeline.hpp with the host codec and the
+// communicator's byte exchanges, in the scratch that plan_scratch lays out in the communicator's
+// workspace.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +14,7 @@
 #include <type_traits>
 
 #include "../../codec.hpp"
-#include "../../collectives.hpp"
+#include "../../collective_types.hpp"
 #include "../../communicator.hpp"
 #include "../codec/checks.hpp"
 #include "../host/loops.hpp"

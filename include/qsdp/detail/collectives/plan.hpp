@@ -16,7 +16,7 @@
 #include "../../call_options.hpp"
 #include "../../communicator.hpp"
 #include "../../config.hpp"
-#include "../../quantizers.hpp"
+#include "../../policy.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/format.hpp"
 

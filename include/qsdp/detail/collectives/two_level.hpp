@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The two-level collectives (declared and documented in qsdp/collectives.hpp): compositions of the
-// flat collectives on the pair's two communicators, with the reorderings between the world's rank
-// order (node index x node size + place) and the levels'. The schedules below are written once,
-// over "ops" that move values and run a level's flat collective: host_level_ops here (memcpy, the
-// host collectives), device_level_ops in detail/cuda/device_two_level.cuh (copies and the device
-// collectives ordered on a stream), so host and device calls give the same bits.
+// The two-level collectives (declared and documented in qsdp/collectives.hpp, which includes this
+// file after its declarations): compositions of the flat collectives on the pair's two
+// communicators, with the reorderings between the world's rank order (node index x node size +
+// place) and the levels'. The schedules below are written once, over "ops" that move values and run
+// a level's flat collective: host_level_ops here (memcpy, the host collectives), device_level_ops
+// in detail/cuda/device_two_level.cuh (copies and the device collectives ordered on a stream), so
+// host and device calls give the same bits.
 //
 //   reduce_scatter: reorder the world chunks by place, then by node; reduce_scatter within the node
 //                   (N chunks per place: the node's sums), then across nodes (a chunk per node)
@@ -36,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "../../collectives.hpp"
+#include "../../collective_types.hpp"
 #include "../../communicator.hpp"
 #include "host.hpp"
 #include "plan.hpp"

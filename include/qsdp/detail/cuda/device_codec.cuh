@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The device codec: launchers for the kernels of codec_kernels.cuh, and the definitions of the
-// device overloads of encode, decode and decode_accumulate declared in qsdp/codec.hpp (which
+// device overloads of encode, decode and decode_accumulate declared in qsdp/device_codec.hpp (which
 // includes this file when nvcc compiles it). Calls are stream-ordered and never synchronise. A bad
 // packet header is found by the decoding kernel itself: its values come out as NaN and the failure
 // is reported by qsdp::synchronize_and_check(stream), or by the next device codec call on that

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "../../codec.hpp"
-#include "../../collectives.hpp"
+#include "../../collective_types.hpp"
+#include "../../device_codec.hpp"
 #include "../../device_communicator.hpp"
 #include "../codec/checks.hpp"
 #include "../collectives/pipeline.hpp"

@@ -16,7 +16,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../../collectives.hpp"
+#include "../../collective_types.hpp"
 #include "../collectives/delta.hpp"
 #include "../transport/cuda_runtime.hpp"
 #include "device_codec.cuh"

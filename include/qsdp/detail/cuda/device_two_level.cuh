@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../../collectives.hpp"
+#include "../../collective_types.hpp"
 #include "../../device_communicator.hpp"
 #include "../collectives/two_level.hpp"
 #include "../transport/cuda_runtime.hpp"

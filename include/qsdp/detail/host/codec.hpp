@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The host codec's calls (declared and documented in qsdp/codec.hpp): argument and header checks,
-// then the loops of loops.hpp. Identity packets are copied as they are.
+// The host codec's calls (declared and documented in qsdp/codec.hpp, which includes this file after
+// its declarations): argument and header checks, then the loops of loops.hpp. Identity packets are
+// copied as they are.
 #pragma once
 
 #include <algorithm>
@@ -12,7 +13,8 @@
 #include <string>
 #include <type_traits>
 
-#include "../../codec.hpp"
+#include "../../policy.hpp"
+#include "../../rng_position.hpp"
 #include "../codec/checks.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/format.hpp"
