@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// qsdp::call_options, the last (defaulted) argument of every collective, and its defaults: what a
-// caller may tune per call without changing what the call computes.
+/// @file
+/// qsdp::call_options, the last (defaulted) argument of every collective, and its defaults: what a
+/// caller may tune per call without changing what the call computes.
 #pragma once
 
 #include <cstddef>
@@ -9,13 +9,13 @@
 namespace qsdp {
 
 /// call_options::min_compressed_bytes unless the caller says otherwise: 32 KiB per peer. Measured
-/// on 4 ranks over shaped 1 and 10 Gbit/s links (docs/benchmarks.md, "The size gate"), compressing
+/// on 4 ranks over shaped 1 and 10 Gbit/s links (docs/benchmarks/small-messages.md), compressing
 /// fp32 at 8 bits starts to pay between 16 and 64 KiB per rank; below that, a compressed call
 /// (encode, exchange, decode) costs more than moving the values as they are.
 inline constexpr std::size_t default_min_compressed_bytes = 32 * 1024;
 
 /// call_options::max_pieces unless the caller says otherwise: 2. Measured on 4 ranks over shaped 1
-/// and 10 Gbit/s links at 64 MiB per rank (docs/benchmarks.md, "The pipeline"): at 1 Gbit/s 2
+/// and 10 Gbit/s links at 64 MiB per rank (docs/benchmarks/collectives.md): at 1 Gbit/s 2
 /// pieces beat 8 and one piece in every case; at 10 Gbit/s 8 pieces beat 2 in fp32 all_gather
 /// (0.111-0.114 s against 0.113-0.121 s, both well ahead of one piece's 0.143-0.158 s) and the
 /// three counts were within the runs' noise otherwise; 8 pieces lost 5-7 % to one in bf16
@@ -37,7 +37,7 @@ struct call_options {
   /// descriptor travels in front of its values and is checked before they are used, instead of in a
   /// round trip of its own. 0 compresses every call. Part of the call's signature: every rank must
   /// pass the same value (a rank that passes another makes every rank throw, like another policy).
-  /// One limit, as on the device (docs/cuda.md): once a signature has been agreed, its repeats skip
+  /// One limit, as on the device (docs/reference/cuda.md): once a signature is agreed, repeats skip
   /// the separate round trip, so a rank that repeats an agreed gated call while another makes a
   /// different one (another count or gate) exchanges blocks of another size; local_communicator
   /// then throws on every rank, over MPI it is an erroneous program (a fault_options::timeout
@@ -46,10 +46,10 @@ struct call_options {
   std::size_t min_compressed_bytes = default_min_compressed_bytes;
 
   /// The pipeline. A compressed call cuts each phase into at most this many pieces, each its own
-  /// packets with its own call index (docs/wire-format.md, "Pieces"), so that piece k + 1 is
+  /// packets with its own call index (docs/reference/wire-format.md), so that piece k + 1 is
   /// encoded while piece k is on the wire and piece k - 1 is decoded: on an MPI communicator the
   /// pieces move by non-blocking collectives, on a device communicator on a second stream
-  /// (docs/cuda.md; a device communicator that allows it). Every piece but the last holds at
+  /// (where it allows it: docs/reference/cuda-collectives.md). Every piece but the last holds at
   /// least qsdp::min_piece_bytes of values per peer, so calls below twice that run whole. 1 runs
   /// every phase whole (encode all, exchange, decode all), in the packets of earlier versions. 1 to
   /// qsdp::max_pieces_limit. It changes which random numbers a call draws, not its error bounds;

@@ -1,24 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// Compressed collectives over any qsdp::communicator: orchestration only. The codec quantizes, the
-// communicator moves bytes.
-//
-//   all_gather:     shard --encode--> packet --all_gather_bytes--> world packets --decode--> full
-//   reduce_scatter: full --encode each of world chunks--> world packets --all_to_all_bytes-->
-//                   the world packets for my chunk --decode_accumulate (fp32)--> shard (sum or avg)
-//   all_reduce:     reduce_scatter, then all_gather of the reduced shard (every rank bit-identical)
-//
-// Reduce-scatter goes through all-to-all rather than a ring, so each value is quantized exactly
-// once and summed in fp32 on the receiver: the error does not grow with the number of ranks.
-//
-// Every compressed call first exchanges a 64-byte descriptor (collective, policy, bits, bucket
-// size, element type, count, op, size gate) so that a rank that called differently makes every rank
-// throw the same qsdp::error, instead of a hang or garbage; then the packets, whose headers every
-// receiver checks again. A call below the size gate (call_options) moves its values uncompressed in
-// one exchange, each rank's descriptor in front of its values.
-//
-// Declared and documented here; the host definitions are in detail/collectives/host.hpp, the device
-// ones (translation units compiled by nvcc) in detail/cuda/device_collectives.cuh.
+/// @file
+/// Compressed collectives over any qsdp::communicator: orchestration only. The codec quantizes, the
+/// communicator moves bytes.
+///
+/// ```
+///  all_gather:     shard --encode--> packet --all_gather_bytes--> world packets --decode--> full
+///  reduce_scatter: full --encode each of world chunks--> world packets --all_to_all_bytes-->
+///                  the world packets for my chunk --decode_accumulate (fp32)--> shard (sum or avg)
+///  all_reduce:     reduce_scatter, then all_gather of the reduced shard (every rank bit-identical)
+/// ```
+///
+/// Reduce-scatter goes through all-to-all rather than a ring, so each value is quantized exactly
+/// once and summed in fp32 on the receiver: the error does not grow with the number of ranks.
+///
+/// Every compressed call first exchanges a 64-byte descriptor (collective, policy, bits, bucket
+/// size, element type, count, op, size gate) so that a rank that called differently makes every
+/// rank throw the same qsdp::error, instead of a hang or garbage; then the packets, whose headers
+/// every receiver checks again. A call below the size gate (call_options) moves its values
+/// uncompressed in one exchange, each rank's descriptor in front of its values.
+///
+/// Declared and documented here; the host definitions are in detail/collectives/host.hpp, the
+/// device ones (translation units compiled by nvcc) in detail/cuda/device_collectives.cuh.
 #pragma once
 
 #include <cstddef>
@@ -41,12 +43,24 @@
 
 namespace qsdp {
 
-// ---- Host buffers, over a communicator (local_communicator, mpi_communicator)
-// --------------------- Collective: every rank makes the same call (policy, bits, bucket size,
-// element type, count, op), or every rank throws qsdp::error naming the first difference.
+// ---- Host buffers, over a communicator (local_communicator, mpi_communicator) -------------------
+// Collective: every rank makes the same call (policy, bits, bucket size, element type, count, op),
+// or every rank throws qsdp::error naming the first difference.
 
 /// Compressed all-gather (like ncclAllGather): every rank contributes `count` values of `send`;
 /// `recv` receives count * comm.size() values, rank r's at offset r * count.
+/// @param comm this rank's communicator
+/// @param q the policy (a qsdp::codec_policy), the same on every rank
+/// @param send this rank's count values
+/// @param recv count * comm.size() values
+/// @param count values per rank, the same on every rank
+/// @param options the size gate and the pipeline, the same on every rank
+/// @throws qsdp::error when send or recv is null with count > 0, call_options::max_pieces is
+///         outside 1..max_pieces_limit, the world is too large for the random streams (world^2
+///         must stay below 2^31), or q's bucket_size or count is out of range (as encode); on
+///         every rank when the ranks' calls differ (policy, bits, bucket size, element type, count,
+///         size gate, pieces); when a peer's packet fails the header checks (naming the
+///         rank); and what the communicator throws (a peer that failed, a timeout)
 template <communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 call_options options = {});
@@ -54,6 +68,20 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 /// Compressed reduce-scatter (like ncclReduceScatter): `send` holds count * comm.size() values;
 /// rank r receives in `recv` the sum (or average) over ranks of chunk r, `count` values. Each value
 /// is quantized once and summed in fp32.
+/// @param comm this rank's communicator
+/// @param q the policy (a qsdp::codec_policy), the same on every rank
+/// @param send count * comm.size() values, chunk r for rank r
+/// @param recv count values: this rank's chunk, reduced
+/// @param count values per chunk, the same on every rank
+/// @param op sum or avg
+/// @param options the size gate and the pipeline, the same on every rank
+/// @throws qsdp::error when send or recv is null with count > 0, op is not sum or avg,
+///         call_options::max_pieces is outside 1..max_pieces_limit, the world is too large for the
+///         random streams (world^2 must stay below 2^31), or q's bucket_size or count is out of
+///         range (as encode); on every rank when the ranks' calls differ (policy, bits, bucket
+///         size, element type, count, op, size gate, pieces); when a peer's packet fails the header
+///         checks (naming the rank); and what the communicator throws (a peer that failed, a
+///         timeout)
 template <communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     call_options options = {});
@@ -61,6 +89,19 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
 /// Compressed all-reduce, in place on `count` values: reduce_scatter, then all_gather of the
 /// reduced shards, so every rank ends with bit-identical values. The last shard is padded with
 /// zeros when count is not a multiple of comm.size().
+/// @param comm this rank's communicator
+/// @param q the policy (a qsdp::codec_policy), the same on every rank
+/// @param data count values, replaced by the reduced values
+/// @param count values, the same on every rank
+/// @param op sum or avg
+/// @param options the size gate and the pipeline, the same on every rank
+/// @throws qsdp::error when data is null with count > 0, op is not sum or avg,
+///         call_options::max_pieces is outside 1..max_pieces_limit, the world is too large for the
+///         random streams (world^2 must stay below 2^31), or q's bucket_size or count is out of
+///         range (as encode); on every rank when the ranks' calls differ (policy, bits, bucket
+///         size, element type, count, op, size gate, pieces); when a peer's packet fails the header
+///         checks (naming the rank); and what the communicator throws (a peer that failed, a
+///         timeout)
 template <communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 call_options options = {});
@@ -69,8 +110,8 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 /// reconstruction of every rank's shard, and each call sends the quantized difference between the
 /// rank's current shard and the reconstruction the receivers hold, instead of the shard:
 ///
-///   qsdp::delta_gather<float> gather(count, comm.size());
-///   gather.all_gather(comm, w, shard.data(), full.data());   // full: count * comm.size() values
+///     qsdp::delta_gather<float> gather(count, comm.size());
+///     gather.all_gather(comm, w, shard.data(), full.data());   // full: count * comm.size() values
 ///
 /// Every rank adds the same decoded differences to the same reconstruction, so every rank's `full`
 /// is bit-identical and quantization errors never accumulate: a call's error is the policy's error
@@ -93,32 +134,55 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 /// bad packet is reported). A reconstruction value that is not finite (a NaN or inf that a shard
 /// once held) counts as 0 in the next difference, on every rank alike, so the value recovers at the
 /// next call. Host and device calls give the same values, bit for bit.
+/// @tparam T the element type of the shards
 template <class T>
 class delta_gather {
  public:
-  /// count: values per rank's shard (as all_gather's count); world: the communicator's size.
+  /// Allocates nothing: the buffers come with the first call.
+  /// @param count values per rank's shard (as all_gather's count)
+  /// @param world the communicator's size
+  /// @throws qsdp::error when count x world is beyond 2^56 values
   delta_gather(std::size_t count, int world);
 
   /// full[r * count, (r + 1) * count) = rank r's reconstructed shard, after sending this rank's.
+  /// @param comm this rank's host communicator, of size world
+  /// @param q the policy (a qsdp::codec_policy), the same on every rank
+  /// @param shard this rank's count values
+  /// @param full count * world values
+  /// @throws qsdp::error when comm.size() is not world, shard or full is null with count > 0, or
+  ///         the earlier calls were on a device communicator; on every rank when a rank's
+  ///         reconstruction has seen another number of calls; as all_gather otherwise
   template <communicator Comm, class Q>
   void all_gather(Comm& comm, const Q& q, const T* shard, T* full);
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
   /// The same on device buffers, ordered on `stream` (T: float, __half or __nv_bfloat16); no host
   /// synchronisation after the first call.
+  /// @param comm this rank's device communicator, of size world
+  /// @param q the policy (a qsdp::codec_policy), the same on every rank
+  /// @param shard this rank's count values in device memory
+  /// @param full count * world values in device memory
+  /// @param stream the stream the call is ordered on
+  /// @throws qsdp::error as the host overload (with earlier calls on a host communicator), or
+  ///         when a CUDA call fails; a call-count mismatch is reported at the next call
   template <device_communicator Comm, class Q>
   void all_gather(Comm& comm, const Q& q, const T* shard, T* full, cudaStream_t stream);
 #endif
 
+  /// @return the values per rank's shard
   std::size_t count() const noexcept { return count_; }
+  /// @return the number of ranks
   int world() const noexcept { return world_; }
   /// Calls since construction or the last reset().
+  /// @return the number of calls
   std::uint64_t calls() const noexcept { return calls_; }
   /// The reconstruction every rank holds: count * world values, as the last call returned them
   /// (host memory, or device memory after device calls; null before the first call).
+  /// @return the reconstruction, or null
   const T* reconstruction() const noexcept;
   /// Forgets the reconstruction (every rank must reset before the same call).
   void reset();
   /// Bytes this object holds (host or device memory).
+  /// @return the bytes of its buffers
   std::size_t memory_bytes() const noexcept;
 
  private:
@@ -149,6 +213,20 @@ class delta_gather {
 /// quantized twice: once as itself (inside), once inside its node's partial sum (across); the error
 /// is the inside bounds of the node's ranks plus the across bound of the node sums, summed over
 /// nodes (identity inside: the across part only). Partial sums are rounded to T between the levels.
+/// @param comm this rank's two_level pair
+/// @param q the policies of the two levels, the same on every rank
+/// @param send count * comm.size() values, chunk r for rank r
+/// @param recv count values: this rank's chunk, reduced
+/// @param count values per chunk, the same on every rank
+/// @param op sum or avg
+/// @param options the size gate and the pipeline, for each level's exchanges
+/// @throws qsdp::error when send or recv is null with count > 0, op is not sum or avg,
+///         call_options::max_pieces is outside 1..max_pieces_limit, the world is too large for the
+///         random streams (world x (node size + nodes) must stay below 2^31), or q's bucket_size or
+///         count is out of range (as encode); on every rank when the ranks' calls differ (policy,
+///         bits, bucket size, element type, count, op, size gate, pieces); when a peer's packet
+///         fails the header checks (naming the rank); and what the communicator throws (a peer that
+///         failed, a timeout)
 template <communicator Node, communicator Cross, class Inside, class Across, class T>
 void reduce_scatter(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
                     const T* send, T* recv, std::size_t count, reduce_op op,
@@ -160,36 +238,78 @@ void reduce_scatter(two_level<Node, Cross>& comm, const level_policies<Inside, A
 /// the same on every node: the same decoded values, drawing the same random numbers). Each value is
 /// quantized twice (identity inside: once); the error is the across bound plus the inside bound of
 /// the across-decoded values.
+/// @param comm this rank's two_level pair
+/// @param q the policies of the two levels, the same on every rank
+/// @param send this rank's count values
+/// @param recv count * comm.size() values
+/// @param count values per rank, the same on every rank
+/// @param options the size gate and the pipeline, for each level's exchanges
+/// @throws qsdp::error as the two-level reduce_scatter (without op)
 template <communicator Node, communicator Cross, class Inside, class Across, class T>
 void all_gather(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
                 const T* send, T* recv, std::size_t count, call_options options = {});
 
 /// Two-level all-reduce in place: two-level reduce_scatter of the data padded to world shards, then
 /// two-level all_gather of the reduced shards; every rank ends with the same bits.
+/// @param comm this rank's two_level pair
+/// @param q the policies of the two levels, the same on every rank
+/// @param data count values, replaced by the reduced values
+/// @param count values, the same on every rank
+/// @param op sum or avg
+/// @param options the size gate and the pipeline, for each level's exchanges
+/// @throws qsdp::error as the two-level reduce_scatter (data in place of send and recv)
 template <communicator Node, communicator Cross, class Inside, class Across, class T>
 void all_reduce(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q, T* data,
                 std::size_t count, reduce_op op, call_options options = {});
 
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
-// ---- Device buffers, over a device_communicator (nccl_communicator, cuda_local_communicator)
-// ------- The same pipeline, random streams and packets as on the host, ordered on `stream`;
-// nothing waits on the GPU except once per new call signature, when the ranks' descriptors are
-// compared on the host (docs/cuda.md). A bad packet from a peer decodes to NaN and is reported by
-// the next call.
+// ---- Device buffers, over a device_communicator (nccl_communicator, cuda_local_communicator) ----
+// The same pipeline, random streams and packets as on the host, ordered on `stream`; nothing waits
+// on the GPU except once per new call signature, when the ranks' descriptors are compared on the
+// host (docs/reference/cuda-collectives.md). A bad packet from a peer decodes to NaN and is
+// reported by the next call.
 
 /// Compressed all-gather of device buffers, ordered on `stream` (like ncclAllGather).
+/// @param comm this rank's device communicator
+/// @param q the policy (a qsdp::codec_policy), the same on every rank
+/// @param send this rank's count values in device memory
+/// @param recv count * comm.size() values in device memory
+/// @param count values per rank, the same on every rank
+/// @param stream the stream the call is ordered on
+/// @param options the size gate and the pipeline, the same on every rank
+/// @throws qsdp::error as the host overload, when a CUDA call fails, or (from the next call, or
+///         the communicator's synchronize) for a peer's bad packet
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 cudaStream_t stream, call_options options = {});
 
 /// Compressed reduce-scatter of device buffers, ordered on `stream` (like ncclReduceScatter): each
 /// value quantized once, summed in fp32 by one fused kernel.
+/// @param comm this rank's device communicator
+/// @param q the policy (a qsdp::codec_policy), the same on every rank
+/// @param send count * comm.size() values in device memory, chunk r for rank r
+/// @param recv count values in device memory: this rank's chunk, reduced
+/// @param count values per chunk, the same on every rank
+/// @param op sum or avg
+/// @param stream the stream the call is ordered on
+/// @param options the size gate and the pipeline, the same on every rank
+/// @throws qsdp::error as the host overload, when a CUDA call fails, or (from the next call, or
+///         the communicator's synchronize) for a peer's bad packet
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     cudaStream_t stream, call_options options = {});
 
 /// Compressed all-reduce in place on device buffers: reduce_scatter, then all_gather of the reduced
 /// shards (the last padded with zeros), so every rank ends bit-identical.
+/// @param comm this rank's device communicator
+/// @param q the policy (a qsdp::codec_policy), the same on every rank
+/// @param data count values in device memory, replaced by the reduced values
+/// @param count values, the same on every rank
+/// @param op sum or avg
+/// @param stream the stream the call is ordered on
+/// @param options the size gate and the pipeline, the same on every rank
+/// @throws qsdp::error as the host overload, when a CUDA call fails, or (from the next call, or
+///         the communicator's synchronize) for a peer's bad packet
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 cudaStream_t stream, call_options options = {});
@@ -202,18 +322,46 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 // calls), so later calls may be captured in a CUDA graph over NCCL.
 
 /// Two-level reduce-scatter of device buffers (as the host one).
+/// @param comm this rank's two_level pair of device communicators
+/// @param q the policies of the two levels, the same on every rank
+/// @param send count * comm.size() values in device memory, chunk r for rank r
+/// @param recv count values in device memory: this rank's chunk, reduced
+/// @param count values per chunk, the same on every rank
+/// @param op sum or avg
+/// @param stream the stream the call is ordered on
+/// @param options the size gate and the pipeline, for each level's exchanges
+/// @throws qsdp::error as the host two-level call, when a CUDA call fails, or (from the next call,
+///         or the communicator's synchronize) for a peer's bad packet
 template <device_communicator Node, device_communicator Cross, class Inside, class Across, class T>
 void reduce_scatter(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
                     const T* send, T* recv, std::size_t count, reduce_op op, cudaStream_t stream,
                     call_options options = {});
 
 /// Two-level all-gather of device buffers (as the host one).
+/// @param comm this rank's two_level pair of device communicators
+/// @param q the policies of the two levels, the same on every rank
+/// @param send this rank's count values in device memory
+/// @param recv count * comm.size() values in device memory
+/// @param count values per rank, the same on every rank
+/// @param stream the stream the call is ordered on
+/// @param options the size gate and the pipeline, for each level's exchanges
+/// @throws qsdp::error as the host two-level call, when a CUDA call fails, or (from the next call,
+///         or the communicator's synchronize) for a peer's bad packet
 template <device_communicator Node, device_communicator Cross, class Inside, class Across, class T>
 void all_gather(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q,
                 const T* send, T* recv, std::size_t count, cudaStream_t stream,
                 call_options options = {});
 
 /// Two-level all-reduce in place on device buffers (as the host one).
+/// @param comm this rank's two_level pair of device communicators
+/// @param q the policies of the two levels, the same on every rank
+/// @param data count values in device memory, replaced by the reduced values
+/// @param count values, the same on every rank
+/// @param op sum or avg
+/// @param stream the stream the call is ordered on
+/// @param options the size gate and the pipeline, for each level's exchanges
+/// @throws qsdp::error as the host two-level call, when a CUDA call fails, or (from the next call,
+///         or the communicator's synchronize) for a peer's bad packet
 template <device_communicator Node, device_communicator Cross, class Inside, class Across, class T>
 void all_reduce(two_level<Node, Cross>& comm, const level_policies<Inside, Across>& q, T* data,
                 std::size_t count, reduce_op op, cudaStream_t stream, call_options options = {});

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// Communicators: what the collectives need from a transport, and the in-process one (ranks as
-// threads). A communicator moves bytes and never quantizes; the collectives (collectives.hpp) never
-// move bytes themselves.
+/// @file
+/// Communicators: what the collectives need from a transport, and the in-process one (ranks as
+/// threads). A communicator moves bytes and never quantizes; the collectives (collectives.hpp)
+/// never move bytes themselves.
 #pragma once
 
 #include <algorithm>
@@ -28,7 +28,10 @@
 namespace qsdp {
 
 /// Where a communicator's buffers live.
-enum class memory_space { host, device };
+enum class memory_space {
+  host,   ///< host memory: local_communicator, mpi_communicator
+  device  ///< device memory of the communicator's GPU: nccl_communicator, cuda_local_communicator
+};
 
 namespace detail {
 
@@ -70,9 +73,13 @@ using agreed_signatures = basic_agreed_signatures<64>;
 /// (tests use it to prove reuse). It also keeps the call signatures the ranks have agreed on.
 class host_workspace {
  public:
+  /// The call signatures all ranks of the communicator have agreed on (used by the collectives).
   detail::agreed_signatures agreed;
 
   /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
+  /// Grows to max(bytes, 1.5 x the capacity) when `bytes` exceeds the capacity.
+  /// @param bytes the least size of the buffer
+  /// @return the start of the buffer, 64-byte aligned
   std::byte* get(std::size_t bytes) {
     if (bytes > capacity_) {
       const std::size_t grown = std::max(bytes, capacity_ + capacity_ / 2);
@@ -83,7 +90,9 @@ class host_workspace {
     auto address = reinterpret_cast<std::uintptr_t>(storage_.get());
     return storage_.get() + ((64 - address % 64) % 64);
   }
+  /// @return the bytes get() can return without growing
   std::size_t capacity() const noexcept { return capacity_; }
+  /// @return how many times get() has reallocated
   std::size_t growths() const noexcept { return growths_; }
 
  private:
@@ -92,21 +101,20 @@ class host_workspace {
   std::size_t growths_ = 0;
 };
 
-/// What the collectives need from a transport (see README "Communicators"):
-///   rank(), size()                       this rank and the number of ranks
-///   all_gather_bytes(send, recv, n)      every rank contributes n bytes; recv holds size() * n
-///   bytes,
-///                                        rank r's block at offset r * n
-///   all_to_all_bytes(send, recv, n)      send holds size() blocks of n bytes, block j for rank j;
-///                                        recv gets block i from rank i at offset i * n
-///   workspace()                          scratch owned by the communicator, reused across calls
-///   next_call()                          a per-communicator call counter: every rank calls the
-///                                        collectives in the same order, so indices agree across
-///                                        ranks; consecutive calls return consecutive values (a
-///                                        call in pieces draws a run of them and numbers its
-///                                        pieces from the first)
-///   memory                               memory_space of the buffers it moves
+/// What the collectives need from a transport of host buffers:
+/// - `rank()`, `size()`: this rank and the number of ranks;
+/// - `all_gather_bytes(send, recv, n)`: every rank contributes n bytes; recv holds size() * n
+///   bytes, rank r's block at offset r * n;
+/// - `all_to_all_bytes(send, recv, n)`: send holds size() blocks of n bytes, block j for rank j;
+///   recv gets block i from rank i at offset i * n;
+/// - `workspace()`: a host_workspace owned by the communicator, reused across calls;
+/// - `next_call()`: a per-communicator call counter: every rank calls the collectives in the same
+///   order, so indices agree across ranks; consecutive calls return consecutive values (a call in
+///   pieces draws a run of them and numbers its pieces from the first);
+/// - `memory`: the memory_space of the buffers it moves.
+///
 /// Every call is collective: all ranks make it, in the same order, with the same n.
+/// @tparam C the communicator type
 template <class C>
 concept communicator = requires(C& c, const std::byte* send, std::byte* recv, std::size_t n) {
   { c.rank() } -> std::convertible_to<int>;
@@ -118,23 +126,24 @@ concept communicator = requires(C& c, const std::byte* send, std::byte* recv, st
   { C::memory } -> std::convertible_to<memory_space>;
 };
 
-/// Names an exchange that an overlapping_communicator has started and not yet waited for.
+/// Names an exchange that an overlapping_communicator has started, until wait() is called with it.
 struct exchange_ticket {
-  std::uint64_t id = 0;
+  std::uint64_t id = 0;  ///< the exchange's number among those its communicator started
 };
 
 /// A communicator that can keep exchanges in flight while its caller computes, which lets the
 /// collectives' pipelines (call_options::max_pieces) encode one piece while the previous one is on
 /// the wire:
-///   start_all_gather_bytes(send, recv, n), start_all_to_all_bytes(send, recv, n)
-///                                       as all_gather_bytes and all_to_all_bytes, started: until
-///                                       wait(ticket) returns, send must not change and recv must
-///                                       not be read
-///   wait(ticket)                        the exchange has completed (under fault_options)
-///   progress()                          lets started exchanges advance; never waits
+/// - `start_all_gather_bytes(send, recv, n)`, `start_all_to_all_bytes(send, recv, n)`: as
+///   all_gather_bytes and all_to_all_bytes, started, returning an exchange_ticket: until
+///   wait(ticket) returns, send must not change and recv must not be read;
+/// - `wait(ticket)`: the exchange has completed (under fault_options);
+/// - `progress()`: lets started exchanges advance; never waits.
+///
 /// All ranks start the same exchanges in the same order; they may wait in any order. A blocking
 /// exchange started after them is ordered after them. Communicators without these run each
 /// exchange whole and the collectives send the same bytes, one piece after another.
+/// @tparam C the communicator type
 template <class C>
 concept overlapping_communicator = communicator<C> &&
     requires(C& c, const std::byte* send, std::byte* recv, std::size_t n, exchange_ticket t) {
@@ -214,33 +223,66 @@ inline constexpr std::chrono::milliseconds local_default_timeout = std::chrono::
 /// One rank of an in-process world (ranks are threads of run_local). Host memory. An
 /// overlapping_communicator whose started exchanges run when they are waited for (or when a later
 /// blocking exchange comes): the latest moment a transport may complete them, so the in-process
-/// tests catch a pipeline that reads a packet before waiting for it.
+/// tests catch a pipeline that reads a packet before waiting for it. rank(), size() and
+/// next_call() are those of every communicator.
+///
+/// Every exchange throws qsdp::error when the ranks pass different byte counts, when another rank
+/// failed or returned while this one waits, and qsdp::timeout_error past the world's
+/// fault_options::timeout.
 class local_communicator : public detail::in_process_rank<detail::local_world> {
  public:
+  /// Host buffers.
   static constexpr memory_space memory = memory_space::host;
 
+  /// Made by run_local and run_local_nodes for each rank thread.
+  /// @param world the ranks' shared state
+  /// @param rank this rank, 0 .. world size - 1
   local_communicator(detail::local_world& world, int rank) : in_process_rank(world, rank) {}
 
+  /// @return this rank's scratch for the collectives
   host_workspace& workspace() noexcept { return workspace_; }
 
+  /// Runs the started exchanges, then gathers n bytes from every rank.
+  /// @param send this rank's n bytes
+  /// @param recv size() x n bytes: rank r's block at offset r x n
+  /// @param n bytes per rank, the same on every rank
+  /// @throws qsdp::error when the ranks pass different n, or another rank failed or returned
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     run_started(started_);
     gather(send, recv, n);
   }
 
+  /// Runs the started exchanges, then sends block j of `send` to rank j.
+  /// @param send size() blocks of n bytes, block j for rank j
+  /// @param recv size() blocks of n bytes: block i from rank i at offset i x n
+  /// @param n bytes per block, the same on every rank
+  /// @throws qsdp::error when the ranks pass different n, or another rank failed or returned
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     run_started(started_);
     scatter(send, recv, n);
   }
 
+  /// Starts an all_gather_bytes, which runs when it is waited for.
+  /// @param send this rank's n bytes, unchanged until wait() returns
+  /// @param recv size() x n bytes, not read until wait() returns
+  /// @param n bytes per rank
+  /// @return the ticket to wait for
   exchange_ticket start_all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     return start({false, send, recv, n});
   }
+  /// Starts an all_to_all_bytes, which runs when it is waited for.
+  /// @param send size() blocks of n bytes, unchanged until wait() returns
+  /// @param recv size() blocks of n bytes, not read until wait() returns
+  /// @param n bytes per block
+  /// @return the ticket to wait for
   exchange_ticket start_all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     return start({true, send, recv, n});
   }
   /// Runs the started exchanges up to and including `ticket`, in the order they were started.
+  /// @param ticket what start_all_gather_bytes or start_all_to_all_bytes returned
+  /// @throws qsdp::error as all_gather_bytes
   void wait(exchange_ticket ticket) { run_started(ticket.id + 1); }
+  /// Does nothing: started exchanges run when they are waited for.
   void progress() noexcept {}
 
  private:
@@ -301,6 +343,13 @@ static_assert(overlapping_communicator<local_communicator>);
 /// Runs fn(comm) on `world` threads, one per rank, and waits for all. If a rank throws, the others
 /// are released from any collective with a qsdp::error and the first rank's exception is rethrown
 /// here; a rank that returns while others still wait in a collective releases them the same way.
+/// @tparam Fn callable as fn(local_communicator&)
+/// @param world the number of ranks, >= 1
+/// @param fn the work of each rank
+/// @param options the fault options of every rank (timeout default: local_default_timeout)
+/// @throws qsdp::error when world < 1 or an option is out of range (fault_options::timeout above
+///         max_fault_timeout or negative, fault_options::poll_interval above max_poll_interval
+///         or negative); else the first exception a rank threw
 template <class Fn>
 void run_local(int world, Fn&& fn, fault_options options = {}) {
   detail::local_world shared(
@@ -318,9 +367,12 @@ void run_local(int world, Fn&& fn, fault_options options = {}) {
 /// communicators must outlive it) and the scratch of its collectives. Two host communicators make
 /// the pair below; two device communicators (two NCCL communicators, say) the device pair of
 /// device_communicator.hpp, whose collectives take device buffers and a stream.
+/// @tparam Node the communicator of a node's ranks
+/// @tparam Cross the communicator of the ranks at one place of every node
 template <class Node, class Cross>
 class two_level;
 
+/// Deduces the pair's types from its communicators: `qsdp::two_level pair(node, cross);`.
 template <class Node, class Cross>
 two_level(Node&, Cross&) -> two_level<Node, Cross>;
 
@@ -430,20 +482,30 @@ template <communicator Node, communicator Cross>
 class two_level<Node, Cross> {
  public:
   /// Collective over all ranks of both communicators: checks that they form a grid (every node of
-  /// the same size, every cross communicator of the same size, each rank's places consistent), else
-  /// every rank throws a qsdp::error saying which ranks differ.
+  /// the same size, every cross communicator of the same size, each rank's places consistent).
+  /// @param node the communicator of this rank's node; must outlive the pair
+  /// @param cross the communicator of this rank's place across the nodes; must outlive the pair
+  /// @throws qsdp::error on every rank, saying which ranks differ, when the nodes differ in size,
+  ///         the cross communicators differ in size, or a rank's places are inconsistent
   two_level(Node& node, Cross& cross) : node_(node), cross_(cross) {
     detail::check_grid(node, cross, detail::host_gather{}, "", "qsdp::two_level");
   }
 
+  /// @return this rank in the whole world: node index x node_size() + rank in the node
   int rank() const { return cross_.rank() * node_.size() + node_.rank(); }
+  /// @return the number of ranks in the whole world: nodes() x node_size()
   int size() const { return cross_.size() * node_.size(); }
+  /// @return the number of ranks of each node
   int node_size() const { return node_.size(); }
+  /// @return the number of nodes
   int nodes() const { return cross_.size(); }
+  /// @return the communicator of this rank's node
   Node& node() noexcept { return node_; }
+  /// @return the communicator of this rank's place across the nodes
   Cross& cross() noexcept { return cross_; }
   /// Scratch of the two-level collectives (their reordered and intermediate values); each level's
   /// exchange uses its own communicator's.
+  /// @return the pair's own workspace
   host_workspace& workspace() noexcept { return workspace_; }
 
  private:
@@ -494,9 +556,16 @@ void run_node_grid(int world, int node_size, const char* where, Make&& make, Bod
 
 /// Runs fn(pair) on `world` threads as run_local does, the ranks grouped into nodes of `node_size`
 /// consecutive ranks: pair is a two_level<local_communicator, local_communicator> whose rank() is
-/// the thread's rank. world must be a multiple of node_size (else a qsdp::error before any thread
-/// starts). A rank that throws or returns early releases the ranks of its node and of its place
-/// from any collective; those that then fail release theirs, so no rank is left waiting.
+/// the thread's rank. A rank that throws or returns early releases the ranks of its node and of its
+/// place from any collective; those that then fail release theirs, so no rank is left waiting.
+/// @tparam Fn callable as fn(two_level<local_communicator, local_communicator>&)
+/// @param world the number of ranks, >= 1
+/// @param node_size the ranks per node, a divisor of world
+/// @param fn the work of each rank
+/// @param options the fault options of every rank and level (as run_local's)
+/// @throws qsdp::error before any thread starts when world < 1, node_size is not a divisor of
+///         world, or an option is out of range (as run_local); else the first exception a rank
+///         threw
 template <class Fn>
 void run_local_nodes(int world, int node_size, Fn&& fn, fault_options options = {}) {
   constexpr const char* where = "qsdp::run_local_nodes";

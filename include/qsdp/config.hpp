@@ -1,51 +1,59 @@
 // qsdp: compressed collectives for sharded data-parallel training.
 // SPDX-License-Identifier: Apache-2.0
-//
-// Configuration macros and the library's single error type. Every other header includes this one.
+/// @file
+/// Configuration macros and the library's single error type. Every other header includes this one.
 #pragma once
 
 #include <bit>
 #include <stdexcept>
 #include <string>
 
+/// The major version of qsdp (the CMake package is compatible within one major version).
 #define QSDP_VERSION_MAJOR 0
+/// The minor version of qsdp.
 #define QSDP_VERSION_MINOR 1
+/// The patch version of qsdp.
 #define QSDP_VERSION_PATCH 0
 
-// Functions shared by the host codec and the CUDA kernels carry QSDP_HOST_DEVICE, so that both
-// sides run the very same per-element arithmetic and produce bit-identical packets.
+/// `__host__ __device__` under nvcc, nothing otherwise. Functions shared by the host codec and the
+/// CUDA kernels carry it, so that both sides run the very same per-element arithmetic and produce
+/// bit-identical packets; a custom quantizer policy marks fit, encode and decode with it.
 #if defined(__CUDACC__)
 #define QSDP_HOST_DEVICE __host__ __device__
 #else
 #define QSDP_HOST_DEVICE
 #endif
 
-// Where shared math has a faster device spelling (the same results, other instructions), it is
-// compiled in device code, and in tests/simt's emulation of the kernels on the host, which supplies
-// the intrinsics it uses: so CI executes the device spellings too, without a GPU.
+/// 1 where shared math takes its faster device spelling (the same results, other instructions):
+/// in device code, and in tests/simt's emulation of the kernels on the host (QSDP_SIMT_EMULATION),
+/// which supplies the intrinsics it uses, so that CI executes the device spellings without a GPU.
+/// 0 elsewhere.
 #if defined(__CUDA_ARCH__) || defined(QSDP_SIMT_EMULATION)
 #define QSDP_DEVICE_SPELLING 1
 #else
 #define QSDP_DEVICE_SPELLING 0
 #endif
 
-// Unrolling hints for nvcc's device pass; nothing elsewhere: a host compiler, including the one
-// nvcc hands a __host__ __device__ function's host side to, would warn about the pragma.
+/// `#pragma unroll` in nvcc's device pass; nothing elsewhere: a host compiler, including the one
+/// nvcc hands a `__host__ __device__` function's host side to, would warn about the pragma.
 #if defined(__CUDA_ARCH__)
 #define QSDP_UNROLL _Pragma("unroll")
 #else
 #define QSDP_UNROLL
 #endif
 
+/// `inline` with the compiler's always-inline attribute (nvcc, g++, clang), plain `inline`
+/// elsewhere: for the per-element functions of the codec's inner loops.
 #if defined(__CUDACC__) || defined(__GNUC__) || defined(__clang__)
 #define QSDP_FORCE_INLINE inline __attribute__((always_inline))
 #else
 #define QSDP_FORCE_INLINE inline
 #endif
 
-// __half and __nv_bfloat16 come from the CUDA toolkit's headers, which work on the host without
-// nvcc. When they are not on the include path, qsdp still builds; only those two element types are
-// missing.
+/// 1 when the element types `__half` and `__nv_bfloat16` are available, 0 when not. They come from
+/// the CUDA toolkit's headers (cuda_fp16.h, cuda_bf16.h), which work on the host without nvcc; when
+/// those are not on the include path qsdp still builds, without these two element types. Define it
+/// to 0 before including qsdp to leave them out.
 #if !defined(QSDP_HAS_CUDA_HALF)
 #if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
 #define QSDP_HAS_CUDA_HALF 1
@@ -54,6 +62,8 @@
 #endif
 #endif
 
+/// Everything qsdp declares: policies, codec, communicators and collectives. Internals live in
+/// qsdp::detail, which is not part of the API.
 namespace qsdp {
 
 static_assert(std::endian::native == std::endian::little,

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// N ranks on one GPU: each rank is a thread of run_local_cuda with its own stream and its own
-// device buffers, and the byte exchanges are device-to-device copies ordered by CUDA events between
-// the ranks' streams. It runs the whole multi-rank pipeline of every device collective (encode,
-// exchange, fused decode) on a single GPU, which is how the tests check the device collectives
-// without a cluster. Host barriers line the ranks up; the GPU is never synchronised inside a call.
+/// @file
+/// N ranks on one GPU: each rank is a thread of run_local_cuda with its own stream and its own
+/// device buffers, and the byte exchanges are device-to-device copies ordered by CUDA events
+/// between the ranks' streams. It runs the whole multi-rank pipeline of every device collective
+/// (encode, exchange, fused decode) on a single GPU, which is how the tests check the device
+/// collectives without a cluster. Host barriers line the ranks up; the GPU is never synchronised
+/// inside a call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,21 +24,41 @@
 
 namespace qsdp {
 
-/// One rank of a run_local_cuda world. Buffers are device memory of the world's GPU.
+/// One rank of a run_local_cuda world. Buffers are device memory of the world's GPU. rank(),
+/// size() and next_call() are those of every communicator.
+///
+/// Every exchange throws qsdp::error when the stream is under CUDA graph capture (the ranks line
+/// up through host barriers, which a graph cannot capture), when a CUDA call fails, when the ranks
+/// pass different byte counts, or when another rank failed or returned while this one waits; and
+/// qsdp::timeout_error past the world's fault_options::timeout.
 class cuda_local_communicator : public detail::in_process_rank<detail::cuda_local_world> {
  public:
+  /// Device buffers.
   static constexpr memory_space memory = memory_space::device;
   /// Its exchanges may run on any stream of its device (the pipeline's second stream).
   static constexpr bool exchanges_on_any_stream = true;
 
+  /// Made by run_local_cuda and run_local_cuda_nodes for each rank thread.
+  /// @param world the ranks' shared state
+  /// @param rank this rank, 0 .. world size - 1
+  /// @param stream this rank's own stream
   cuda_local_communicator(detail::cuda_local_world& world, int rank, cudaStream_t stream)
       : in_process_rank(world, rank), stream_(stream) {}
 
+  /// @return the CUDA device of the world (run_local_cuda's caller's current device)
   int device() const noexcept { return world_->device; }
   /// This rank's own stream (created by run_local_cuda, non-blocking).
+  /// @return the stream
   cudaStream_t stream() const noexcept { return stream_; }
+  /// @return the state the device collectives keep for this rank
   device_state& state() noexcept { return state_; }
 
+  /// Gathers n bytes of device memory from every rank, ordered on `stream`.
+  /// @param send this rank's n bytes
+  /// @param recv size() x n bytes: rank r's block at offset r x n
+  /// @param n bytes per rank, the same on every rank
+  /// @param stream the stream the copies are ordered on (any stream of device())
+  /// @throws qsdp::error as the class describes
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
     exchange(send, n, stream, "all_gather_bytes", [&](int peer, const std::byte* data) {
@@ -45,6 +66,12 @@ class cuda_local_communicator : public detail::in_process_rank<detail::cuda_loca
     });
   }
 
+  /// Sends block j of `send` to rank j, ordered on `stream`.
+  /// @param send size() blocks of n bytes of device memory, block j for rank j
+  /// @param recv size() blocks of n bytes: block i from rank i at offset i x n
+  /// @param n bytes per block, the same on every rank
+  /// @param stream the stream the copies are ordered on (any stream of device())
+  /// @throws qsdp::error as the class describes
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
     exchange(send, n * static_cast<std::size_t>(size()), stream, "all_to_all_bytes",
@@ -140,6 +167,12 @@ void finish_rank(cudaStream_t stream, const char* where, Comms&... comms) {
 /// fn returns, and a bad packet a kernel found is reported then. Failures behave as in run_local:
 /// the first rank's exception is rethrown here and the other ranks are released from their
 /// collectives.
+/// @tparam Fn callable as fn(cuda_local_communicator&)
+/// @param world the number of ranks, >= 1
+/// @param fn the work of each rank
+/// @param options the fault options of every rank (timeout default: local_default_timeout)
+/// @throws qsdp::error when world < 1, an option is out of range (as run_local), or a CUDA call
+///         fails; a bad packet a decoding kernel found; else the first exception a rank threw
 template <class Fn>
 void run_local_cuda(int world, Fn&& fn, fault_options options = {}) {
   constexpr const char* where = "qsdp::run_local_cuda";
@@ -160,7 +193,13 @@ void run_local_cuda(int world, Fn&& fn, fault_options options = {}) {
 /// run_local_cuda with the ranks grouped into nodes of `node_size` consecutive ranks, as
 /// run_local_nodes does: fn(pair) gets a two_level<cuda_local_communicator,
 /// cuda_local_communicator> whose communicators share the rank's stream (pair.node().stream()).
-/// world must be a multiple of node_size (else a qsdp::error before any thread starts).
+/// @tparam Fn callable as fn(two_level<cuda_local_communicator, cuda_local_communicator>&)
+/// @param world the number of ranks, >= 1
+/// @param node_size the ranks per node, a divisor of world
+/// @param fn the work of each rank
+/// @param options the fault options of every rank and level (as run_local's)
+/// @throws qsdp::error before any thread starts when world < 1, node_size is not a divisor of
+///         world, or an option is out of range; as run_local_cuda otherwise
 template <class Fn>
 void run_local_cuda_nodes(int world, int node_size, Fn&& fn, fault_options options = {}) {
   constexpr const char* where = "qsdp::run_local_cuda_nodes";

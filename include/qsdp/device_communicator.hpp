@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// What the collectives need from a transport of device buffers (NCCL, or the one-GPU multi-rank
-// communicator of cuda_local.hpp): the host communicator's calls with a cudaStream_t, all
-// stream-ordered, plus the state the device collectives keep per communicator. Needs the CUDA
-// runtime headers, not nvcc.
+/// @file
+/// What the collectives need from a transport of device buffers (NCCL, or the one-GPU multi-rank
+/// communicator of cuda_local.hpp): the host communicator's calls with a cudaStream_t, all
+/// stream-ordered, plus the state the device collectives keep per communicator. Needs the CUDA
+/// runtime headers, not nvcc.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,27 +27,27 @@ namespace qsdp {
 /// second stream on which pipelined calls run their exchanges.
 class device_state {
  public:
-  detail::cuda::device_workspace workspace;
-  detail::cuda::exchange_lane lane;
-  detail::cuda::failure_channel failures;
-  detail::agreed_signatures agreed;
+  detail::cuda::device_workspace workspace;  ///< device scratch, ordered on the callers' streams
+  detail::cuda::exchange_lane lane;          ///< the second stream of pipelined calls
+  detail::cuda::failure_channel failures;    ///< where decoding kernels report a bad packet
+  detail::agreed_signatures agreed;          ///< the call signatures all ranks have agreed on
 };
 
 /// A communicator of device buffers:
-///   rank(), size(), device()                    this rank, the number of ranks, its CUDA device
-///   all_gather_bytes(send, recv, n, stream)     as communicator's, ordered on `stream`
-///   all_to_all_bytes(send, recv, n, stream)
-///   state()                                     a device_state owned by the communicator
-///   next_call()                                 per-communicator call counter (same on every
-///   rank);
-///                                               the device collectives number their calls with a
-///                                               counter in device memory (device_workspace's),
-///                                               which starts from it at the first call
-///   memory == memory_space::device
+/// - `rank()`, `size()`, `device()`: this rank, the number of ranks, its CUDA device;
+/// - `all_gather_bytes(send, recv, n, stream)`, `all_to_all_bytes(send, recv, n, stream)`: as
+///   qsdp::communicator's, on device buffers, ordered on `stream`;
+/// - `state()`: a device_state owned by the communicator;
+/// - `next_call()`: the per-communicator call counter (the same on every rank); the device
+///   collectives number their calls with a counter in device memory, which starts from it at the
+///   first call;
+/// - `memory == memory_space::device`.
+///
 /// Optional: `static constexpr bool exchanges_on_any_stream = true` says that its exchanges may be
 /// ordered on any stream of its device, which lets a pipelined call (call_options::max_pieces) run
 /// them on a second stream that overlaps the codec kernels; without it the pieces' exchanges stay
 /// on the caller's stream (the same bytes, one piece after another).
+/// @tparam C the communicator type
 template <class C>
 concept device_communicator = requires(C& c, const std::byte* send, std::byte* recv, std::size_t n,
                                        cudaStream_t stream) {
@@ -138,6 +138,12 @@ class two_level<Node, Cross> {
  public:
   /// Collective over all ranks of both communicators, with the host pair's checks (every rank
   /// throws alike); synchronises once (the places travel through device memory).
+  /// @param node the communicator of this rank's node; must outlive the pair
+  /// @param cross the communicator of this rank's place across the nodes, on node's device; must
+  ///        outlive the pair
+  /// @throws qsdp::error on every rank when a rank's two communicators are on different devices,
+  ///         or as the host pair's constructor (the nodes or cross communicators differ in size,
+  ///         a rank's places are inconsistent); or when a CUDA call fails
   two_level(Node& node, Cross& cross) : node_(node), cross_(cross) {
     constexpr const char* where = "qsdp::two_level";
     const std::string refusal = node.device() == cross.device()
@@ -150,16 +156,25 @@ class two_level<Node, Cross> {
     detail::check_grid(node, cross, gather, refusal, where);
   }
 
+  /// @return this rank in the whole world: node index x node_size() + rank in the node
   int rank() const { return cross_.rank() * node_.size() + node_.rank(); }
+  /// @return the number of ranks in the whole world: nodes() x node_size()
   int size() const { return cross_.size() * node_.size(); }
+  /// @return the number of ranks of each node
   int node_size() const { return node_.size(); }
+  /// @return the number of nodes
   int nodes() const { return cross_.size(); }
+  /// @return the CUDA device of both communicators
   int device() const { return node_.device(); }
+  /// @return the communicator of this rank's node
   Node& node() noexcept { return node_; }
+  /// @return the communicator of this rank's place across the nodes
   Cross& cross() noexcept { return cross_; }
   /// Device scratch of the two-level collectives (their reordered and intermediate values).
+  /// @return the pair's own device workspace
   detail::cuda::device_workspace& workspace() noexcept { return workspace_; }
   /// The two-level calls (both levels' descriptors) every rank has agreed on.
+  /// @return the pair's agreed signatures
   detail::basic_agreed_signatures<2 * 64>& agreed() noexcept { return agreed_; }
 
  private:

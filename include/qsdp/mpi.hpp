@@ -1,39 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// The MPI transport: qsdp::mpi_communicator, a qsdp::communicator over an MPI_Comm that the caller
-// owns (qsdp never duplicates, frees or reconfigures it). Host memory only; link MPI yourself
-// (CMake: MPI::MPI_CXX or MPI::MPI_C), qsdp::qsdp does not.
-//
-// Errors. Every MPI return code is checked and a failure becomes a qsdp::error naming the MPI call
-// and MPI's own message. But MPI only returns errors when the communicator's error handler is
-// MPI_ERRORS_RETURN: under the default, MPI_ERRORS_ARE_FATAL, MPI aborts the job inside the failing
-// call, before qsdp can report anything. qsdp does not change the handler behind your back (it is
-// your communicator, and other code may rely on the handler); call
-//     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-// yourself to get exceptions. The datatype calls (MPI_Type_*) belong to no communicator; MPI 3.1
-// raises their errors on MPI_COMM_WORLD's handler (MPI 4.0: MPI_COMM_SELF's).
-//
-// Faults: a rank that dies, hangs or skips a collective. A collective completes only when every
-// rank joins it, so one failing rank leaves the others waiting inside MPI, where qsdp cannot see
-// them.
-//   - A rank that dies is handled by the launcher, not by qsdp: Open MPI's mpirun kills the whole
-//   job,
-//     and exits non-zero, when a process ends on a signal (abort, segfault), exits without
-//     MPI_Finalize (whatever its status), or calls MPI_Abort. An exception thrown on one rank (a
-//     qsdp::error for a bad argument, say) is such a death only if it leaves main; catch it there,
-//     print it and call MPI_Abort(MPI_COMM_WORLD, code): the other ranks, already waiting in the
-//     collective, are then killed too instead of waiting for a rank that will never come.
-//   - A rank that hangs (a deadlock, a stuck file system), or that skips a collective or returns
-//   early
-//     and then waits in MPI_Finalize, kills nothing: the job hangs forever. fault_options::timeout
-//     bounds the wait: each MPI call of a collective then runs non-blocking (MPI_Iallgather,
-//     MPI_Ialltoall) and is polled until it completes or the timeout passes; at the timeout this
-//     rank names itself, the call, the byte count and the timeout on stderr and calls MPI_Abort (or
-//     throws qsdp::timeout_error; see fault_options::abort_on_failure), and the launcher ends the
-//     job. Timeout 0 (the default) keeps the blocking calls, with no overhead (a collective in
-//     pipeline pieces uses non-blocking ones either way, waited for in MPI_Wait). Every rank of a
-//     communicator must use the same setting, zero or not: MPI never matches a blocking collective
-//     with a non-blocking one, so mixed ranks would wait for each other forever.
+/// @file
+/// The MPI transport: qsdp::mpi_communicator, a qsdp::communicator over an MPI_Comm that the
+/// caller owns (qsdp never duplicates, frees or reconfigures it), and qsdp::mpi_two_level. Host
+/// memory only; link MPI yourself (CMake: MPI::MPI_CXX or MPI::MPI_C), qsdp::qsdp does not.
+///
+/// Errors. Every MPI return code is checked and a failure becomes a qsdp::error naming the MPI call
+/// and MPI's own message. But MPI only returns errors when the communicator's error handler is
+/// MPI_ERRORS_RETURN: under the default, MPI_ERRORS_ARE_FATAL, MPI aborts the job inside the
+/// failing call, before qsdp can report anything. qsdp does not change the handler behind your back
+/// (it is your communicator, and other code may rely on the handler); call
+/// `MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN)` yourself to get exceptions. The datatype
+/// calls (MPI_Type_*) belong to no communicator; MPI 3.1 raises their errors on MPI_COMM_WORLD's
+/// handler (MPI 4.0: MPI_COMM_SELF's).
+///
+/// Faults: a rank that dies, hangs or skips a collective. A collective completes only when every
+/// rank joins it, so one failing rank leaves the others waiting inside MPI, where qsdp cannot see
+/// them.
+/// - A rank that dies is handled by the launcher, not by qsdp: Open MPI's mpirun kills the whole
+///   job, and exits non-zero, when a process ends on a signal (abort, segfault), exits without
+///   MPI_Finalize (whatever its status), or calls MPI_Abort. An exception thrown on one rank (a
+///   qsdp::error for a bad argument, say) is such a death only if it leaves main; catch it there,
+///   print it and call MPI_Abort(MPI_COMM_WORLD, code): the other ranks, already waiting in the
+///   collective, are then killed too instead of waiting for a rank that will never come.
+/// - A rank that hangs (a deadlock, a stuck file system), or that skips a collective or returns
+///   early and then waits in MPI_Finalize, kills nothing: the job hangs forever.
+///   fault_options::timeout bounds the wait: each MPI call of a collective then runs non-blocking
+///   (MPI_Iallgather, MPI_Ialltoall) and is polled until it completes or the timeout passes; at the
+///   timeout this rank names itself, the call, the byte count and the timeout on stderr and calls
+///   MPI_Abort (or throws qsdp::timeout_error; see fault_options::abort_on_failure), and the
+///   launcher ends the job. Timeout 0 (the default) keeps the blocking calls, with no overhead (a
+///   collective in pipeline pieces uses non-blocking ones either way, waited for in MPI_Wait).
+///   Every rank of a communicator must use the same setting, zero or not: MPI never matches a
+///   blocking collective with a non-blocking one, so mixed ranks would wait for each other forever.
 #pragma once
 
 // First: some MPI C++ bindings (old MPICH) clash with <cstdio>'s SEEK_* macros when included after
@@ -64,13 +62,18 @@ namespace qsdp {
 /// communicator at a time.
 class mpi_communicator {
  public:
+  /// Host buffers.
   static constexpr memory_space memory = memory_space::host;
 
-  /// Throws qsdp::error when MPI is not initialized (or already finalized), when comm is
-  /// MPI_COMM_NULL or an intercommunicator (whose collectives exchange between two groups, not
-  /// among all ranks), or when an option is out of range (fault_options). Does not touch comm's
-  /// error handler (see the top of this file). Every rank of comm must pass the same
-  /// options.timeout, zero or not.
+  /// Wraps `comm`. Does not touch comm's error handler (see the top of this file).
+  /// @param comm an intracommunicator the caller owns; must outlive this object
+  /// @param options the fault options; every rank of comm must pass the same options.timeout,
+  ///        zero or not
+  /// @throws qsdp::error when MPI is not initialized (or already finalized), when comm is
+  ///         MPI_COMM_NULL or an intercommunicator (whose collectives exchange between two groups,
+  ///         not among all ranks), when an option is out of range (fault_options::timeout above
+  ///         max_fault_timeout or negative, fault_options::poll_interval above max_poll_interval
+  ///         or negative), or when MPI_Comm_rank or MPI_Comm_size fails
   explicit mpi_communicator(MPI_Comm comm, fault_options options = {})
       : comm_(detail::mpi_intracommunicator(comm, options, "qsdp::mpi_communicator")),
         options_(options) {
@@ -81,18 +84,28 @@ class mpi_communicator {
 
   mpi_communicator(const mpi_communicator&) = delete;
   mpi_communicator& operator=(const mpi_communicator&) = delete;
+  /// Takes over the wrapped communicator, call counter and workspace (no exchange may be started).
   mpi_communicator(mpi_communicator&&) noexcept = default;
+  /// Takes over the wrapped communicator, call counter and workspace (no exchange may be started).
+  /// @return this object
   mpi_communicator& operator=(mpi_communicator&&) noexcept = default;
   ~mpi_communicator() = default;
 
+  /// @return this rank in the communicator
   int rank() const noexcept { return rank_; }
+  /// @return the number of ranks of the communicator
   int size() const noexcept { return size_; }
   /// The wrapped communicator (still owned by the caller).
+  /// @return the MPI_Comm passed to the constructor
   MPI_Comm native() const noexcept { return comm_; }
+  /// @return the fault options passed to the constructor
   const fault_options& options() const noexcept { return options_; }
   /// False once an exchange timed out with abort_on_failure = false; every exchange then throws.
+  /// @return whether exchanges may still be made
   bool usable() const noexcept { return unusable_because_.empty(); }
+  /// @return the scratch of the collectives
   host_workspace& workspace() noexcept { return workspace_; }
+  /// @return the index of the next collective call: 0, 1, 2, ... on every rank alike
   std::uint64_t next_call() noexcept { return calls_++; }
 
   /// Every rank contributes n bytes; recv (size() * n bytes) gets rank r's at offset r * n. Any n,
@@ -102,6 +115,13 @@ class mpi_communicator {
   /// stays pending inside MPI, which may still read send and write recv at any later time: they
   /// must never be freed or reused (the collectives pass workspace() memory, which this class then
   /// keeps forever), and the job must end with MPI_Abort.
+  /// @param send this rank's n bytes
+  /// @param recv size() x n bytes
+  /// @param n bytes per rank, the same on every rank
+  /// @throws qsdp::error when send or recv is null with n > 0, when send and recv overlap and send
+  ///         is not this rank's block of recv, when size() x n overflows, when an MPI call fails,
+  ///         or when the communicator is unusable (usable()); qsdp::timeout_error past
+  ///         fault_options::timeout
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     constexpr const char* where = "qsdp::mpi_communicator::all_gather_bytes";
     throw_if_unusable(where);
@@ -115,9 +135,15 @@ class mpi_communicator {
     }
   }
 
-  /// send holds size() blocks of n bytes, block j for rank j; recv gets rank i's block at offset i
-  /// * n. Any n, including 0 and more than INT_MAX. send and recv must not overlap. A timed-out
+  /// send holds size() blocks of n bytes, block j for rank j; recv gets rank i's block at offset
+  /// i x n. Any n, including 0 and more than INT_MAX. send and recv must not overlap. A timed-out
   /// call: as all_gather_bytes.
+  /// @param send size() blocks of n bytes, block j for rank j
+  /// @param recv size() blocks of n bytes
+  /// @param n bytes per block, the same on every rank
+  /// @throws qsdp::error when send or recv is null with n > 0, when send and recv overlap, when
+  ///         size() x n overflows, when an MPI call fails, or when the communicator is unusable;
+  ///         qsdp::timeout_error past fault_options::timeout
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     constexpr const char* where = "qsdp::mpi_communicator::all_to_all_bytes";
     throw_if_unusable(where);
@@ -138,15 +164,31 @@ class mpi_communicator {
   /// collectives rather than these, unless you write a pipeline of your own; then wait for every
   /// started exchange before this object is destroyed or assigned to (MPI would still write into
   /// the buffers of one that was not).
+  /// @param send this rank's n bytes, unchanged until wait() returns
+  /// @param recv size() x n bytes, not read until wait() returns; must not overlap send
+  /// @param n bytes per rank, the same on every rank
+  /// @return the ticket to wait for
+  /// @throws qsdp::error as all_gather_bytes (and when send and recv overlap at all)
   exchange_ticket start_all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     return start({MPI_Allgather, MPI_Iallgather, "MPI_Allgather", "MPI_Iallgather"}, send, recv, n,
                  "qsdp::mpi_communicator::start_all_gather_bytes");
   }
+  /// Starts an all_to_all_bytes (MPI_Ialltoall), as start_all_gather_bytes does.
+  /// @param send size() blocks of n bytes, unchanged until wait() returns
+  /// @param recv size() blocks of n bytes, not read until wait() returns; must not overlap send
+  /// @param n bytes per block, the same on every rank
+  /// @return the ticket to wait for
+  /// @throws qsdp::error as all_to_all_bytes
   exchange_ticket start_all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     return start({MPI_Alltoall, MPI_Ialltoall, "MPI_Alltoall", "MPI_Ialltoall"}, send, recv, n,
                  "qsdp::mpi_communicator::start_all_to_all_bytes");
   }
 
+  /// Waits until the started exchange `ticket` has completed.
+  /// @param ticket what start_all_gather_bytes or start_all_to_all_bytes returned
+  /// @throws qsdp::error when ticket names no started exchange that was not waited for yet, when
+  ///         MPI_Wait fails, or when the communicator is unusable; qsdp::timeout_error past
+  ///         fault_options::timeout
   void wait(exchange_ticket ticket) {
     constexpr const char* where = "qsdp::mpi_communicator::wait";
     throw_if_unusable(where);
@@ -179,6 +221,7 @@ class mpi_communicator {
   }
 
   /// One MPI_Test on the oldest unfinished exchange: MPI moves every pending call on inside it.
+  /// @throws qsdp::error when MPI_Test fails
   void progress() {
     for (pending_start& p : started_) {
       if (p.request == MPI_REQUEST_NULL) continue;
@@ -277,6 +320,14 @@ static_assert(overlapping_communicator<mpi_communicator>);
 /// and the blocks of all_gather follow pair().rank(), so check it against your own rank there.
 class mpi_two_level {
  public:
+  /// Splits `comm` into the two levels; collective over comm.
+  /// @param comm the caller's communicator; must outlive this object
+  /// @param node_size 0: the nodes are the ranks that share memory; else the ranks per node, a
+  ///        divisor of comm's size
+  /// @param options the fault options of both levels
+  /// @throws qsdp::error on every rank when node_size is negative or not a divisor of comm's size,
+  ///         when the shared-memory nodes differ in size, when an option is out of range, or when
+  ///         an MPI call fails
   explicit mpi_two_level(MPI_Comm comm, int node_size = 0, fault_options options = {})
       : node_comm_(split_node(comm, node_size)),
         cross_comm_(split_cross(comm, node_comm_.comm)),
@@ -287,8 +338,11 @@ class mpi_two_level {
   mpi_two_level(const mpi_two_level&) = delete;
   mpi_two_level& operator=(const mpi_two_level&) = delete;
 
+  /// @return the pair to pass to the two-level collectives
   two_level<mpi_communicator, mpi_communicator>& pair() noexcept { return pair_; }
+  /// @return the communicator of this rank's node
   mpi_communicator& node() noexcept { return node_; }
+  /// @return the communicator of this rank's place across the nodes
   mpi_communicator& cross() noexcept { return cross_; }
 
  private:

@@ -1,31 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// qsdp::nccl_communicator: a non-owning wrapper of an ncclComm_t for the device collectives. Bytes
-// move with ncclAllGather (all_gather_bytes) and grouped ncclSend/ncclRecv (all_to_all_bytes) on
-// the caller's stream; nothing synchronises the host. Every NCCL result that is not ncclSuccess
-// becomes a qsdp::error naming the call, NCCL's error string and its last-error text; asynchronous
-// errors (a peer died, a network failure) are polled before every exchange and by
-// check_async_error(). Needs the CUDA runtime and NCCL headers, not nvcc; link NCCL::nccl and
-// CUDA::cudart.
-//
-// Faults (fault_options sets the limits; nccl_default_timeout is 10 min):
-// * An asynchronous error (ncclCommGetAsyncError: a peer died, a network or CUDA failure) is found
-//   before the next exchange, by check_async_error() or while synchronize() waits. The communicator
-//   is then aborted (ncclCommAbort, unless abort_on_failure is off) and a qsdp::error names NCCL's
-//   error, its string and ncclGetLastError.
-// * synchronize(stream) waits for the stream's work on the host while polling for asynchronous
-//   errors, so a dead peer is an error instead of a hang. Past fault_options::timeout (a rank that
-//   never joined the collective) it aborts the communicator and throws "timed out".
-// * Non-blocking communicators (ncclConfig_t::blocking = 0): an ncclInProgress result (of the
-//   initialisation, ncclGroupEnd or a collective) is not an error: the wrapper polls
-//   ncclCommGetAsyncError until the enqueue has finished, within the same timeout.
-// * After an abort the wrapper no longer touches the handle: its exchanges, check_async_error() and
-//   synchronize() throw a qsdp::error saying the communicator was aborted, and native() is null.
-//   ncclCommAbort freed the ncclComm_t, so the caller, who still holds it, must neither use nor
-//   ncclCommDestroy it again; rank(), size() and device() keep answering.
-// The one wait the device collectives make themselves (the first call of a new signature checks on
-// the host that all ranks agree) goes through synchronize(), so it is watched too; otherwise
-// nothing waits on the host: call synchronize() where the training loop waits for its step.
+/// @file
+/// qsdp::nccl_communicator: a non-owning wrapper of an ncclComm_t for the device collectives. Bytes
+/// move with ncclAllGather (all_gather_bytes) and grouped ncclSend/ncclRecv (all_to_all_bytes) on
+/// the caller's stream; nothing synchronises the host. Every NCCL result that is not ncclSuccess
+/// becomes a qsdp::error naming the call, NCCL's error string and its last-error text; asynchronous
+/// errors (a peer died, a network failure) are polled before every exchange and by
+/// check_async_error(). Needs the CUDA runtime and NCCL headers, not nvcc; link NCCL::nccl and
+/// CUDA::cudart.
+///
+/// Faults (fault_options sets the limits; nccl_default_timeout is 10 min):
+/// - An asynchronous error (ncclCommGetAsyncError: a peer died, a network or CUDA failure) is
+///   found before the next exchange, by check_async_error() or while synchronize() waits. The
+///   communicator is then aborted (ncclCommAbort, unless abort_on_failure is off) and a qsdp::error
+///   names NCCL's error, its string and ncclGetLastError.
+/// - synchronize(stream) waits for the stream's work on the host while polling for asynchronous
+///   errors, so a dead peer is an error instead of a hang. Past fault_options::timeout (a rank that
+///   never joined the collective) it aborts the communicator and throws "timed out".
+/// - Non-blocking communicators (ncclConfig_t::blocking = 0): an ncclInProgress result (of the
+///   initialisation, ncclGroupEnd or a collective) is not an error: the wrapper polls
+///   ncclCommGetAsyncError until the enqueue has finished, within the same timeout.
+/// - After an abort the wrapper no longer touches the handle: its exchanges, check_async_error()
+///   and synchronize() throw a qsdp::error saying the communicator was aborted, and native() is
+///   null.
+///   ncclCommAbort freed the ncclComm_t, so the caller, who still holds it, must neither use nor
+///   ncclCommDestroy it again; rank(), size() and device() keep answering.
+///
+/// The one wait the device collectives make themselves (the first call of a new signature checks on
+/// the host that all ranks agree) goes through synchronize(), so it is watched too; otherwise
+/// nothing waits on the host: call synchronize() where the training loop waits for its step.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,8 +55,11 @@ namespace qsdp {
 /// scheduler's wall-clock limit.
 inline constexpr std::chrono::milliseconds nccl_default_timeout = std::chrono::minutes(10);
 
+/// One rank of an NCCL communicator, for the device collectives (see the top of this file for
+/// errors and faults). Non-owning and not copyable.
 class nccl_communicator {
  public:
+  /// Device buffers.
   static constexpr memory_space memory = memory_space::device;
   /// Its exchanges may run on any stream of its device (the pipeline's second stream).
   static constexpr bool exchanges_on_any_stream = true;
@@ -64,6 +69,13 @@ class nccl_communicator {
   /// options, waits for a non-blocking communicator's initialisation to finish (an asynchronous
   /// error found meanwhile is handled as in synchronize()), then queries rank, size and device.
   /// Use one wrapper per communicator, from one host thread at a time, as NCCL requires.
+  /// @param comm an initialised ncclComm_t the caller owns
+  /// @param options the fault options (timeout default: nccl_default_timeout)
+  /// @throws qsdp::error when comm is null, when an option is out of range (fault_options::timeout
+  ///         above max_fault_timeout or negative, fault_options::poll_interval above
+  ///         max_poll_interval or negative), when an NCCL query fails or NCCL reports an
+  ///         asynchronous error; qsdp::timeout_error when a non-blocking initialisation outlasts
+  ///         the timeout
   explicit nccl_communicator(ncclComm_t comm, fault_options options = {})
       : comm_(comm), options_(options) {
     constexpr const char* where = "qsdp::nccl_communicator";
@@ -77,21 +89,38 @@ class nccl_communicator {
   }
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
+  /// Destroys the event synchronize() uses; the ncclComm_t stays the caller's.
   ~nccl_communicator() {
     if (done_event_) (void)cudaEventDestroy(done_event_);
   }
 
+  /// @return this rank in the communicator (ncclCommUserRank)
   int rank() const noexcept { return rank_; }
+  /// @return the number of ranks (ncclCommCount)
   int size() const noexcept { return size_; }
+  /// @return the communicator's CUDA device (ncclCommCuDevice)
   int device() const noexcept { return device_; }
   /// The wrapped handle; null once the communicator was aborted (ncclCommAbort freed it).
+  /// @return the handle, or null
   ncclComm_t native() const noexcept { return comm_; }
+  /// @return the fault options passed to the constructor
   const fault_options& options() const noexcept { return options_; }
   /// Whether this wrapper has called ncclCommAbort on the handle.
+  /// @return true once aborted
   bool aborted() const noexcept { return aborted_; }
+  /// @return the state the device collectives keep for this communicator
   device_state& state() noexcept { return state_; }
+  /// @return the index of the next collective call: 0, 1, 2, ... on every rank alike
   std::uint64_t next_call() noexcept { return calls_++; }
 
+  /// Gathers n bytes of device memory from every rank (ncclAllGather), ordered on `stream`.
+  /// @param send this rank's n bytes
+  /// @param recv size() x n bytes: rank r's block at offset r x n
+  /// @param n bytes per rank, the same on every rank
+  /// @param stream a stream of device()
+  /// @throws qsdp::error when the communicator was aborted, when NCCL reports an asynchronous
+  ///         error (after aborting it, unless abort_on_failure is off) or ncclAllGather fails;
+  ///         qsdp::timeout_error when a non-blocking enqueue outlasts the timeout
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
     constexpr const char* where = "qsdp::nccl_communicator::all_gather_bytes";
@@ -103,6 +132,12 @@ class nccl_communicator {
       detail::nccl_check(result, comm_, "ncclAllGather", where);
   }
 
+  /// Sends block j of `send` to rank j (grouped ncclSend/ncclRecv), ordered on `stream`.
+  /// @param send size() blocks of n bytes of device memory, block j for rank j
+  /// @param recv size() blocks of n bytes: block i from rank i at offset i x n
+  /// @param n bytes per block, the same on every rank
+  /// @param stream a stream of device()
+  /// @throws qsdp::error as all_gather_bytes (ncclSend, ncclRecv or ncclGroupEnd failing)
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n,
                         cudaStream_t stream) {
     constexpr const char* where = "qsdp::nccl_communicator::all_to_all_bytes";
@@ -125,6 +160,7 @@ class nccl_communicator {
 
   /// Throws if NCCL has recorded an asynchronous error on the communicator (never blocks), after
   /// aborting it when options().abort_on_failure.
+  /// @throws qsdp::error on an asynchronous error, or when the communicator was aborted
   void check_async_error() {
     constexpr const char* where = "qsdp::nccl_communicator";
     require_not_aborted(where);
@@ -136,9 +172,13 @@ class nccl_communicator {
   /// options().poll_interval at most. Throws a qsdp::error on an asynchronous error ("asynchronous
   /// error", naming ncclGetErrorString and ncclGetLastError) or when options().timeout passes
   /// ("timed out", a qsdp::timeout_error), after aborting the communicator when
-  /// options().abort_on_failure; then also
-  /// reports a bad packet that a decoding kernel found on this communicator. `stream` must belong
-  /// to device() and not be under CUDA graph capture.
+  /// options().abort_on_failure; then also reports a bad packet that a decoding kernel found on
+  /// this communicator.
+  /// @param stream a stream of device(), not under CUDA graph capture
+  /// @throws qsdp::error when the communicator was aborted, when `stream` belongs to another
+  ///         device or is being captured into a CUDA graph, on an asynchronous error, a failed
+  ///         CUDA call or a bad packet a decoding kernel found; qsdp::timeout_error past
+  ///         options().timeout
   void synchronize(cudaStream_t stream) {
     constexpr const char* where = "qsdp::nccl_communicator::synchronize";
     require_not_aborted(where);
@@ -225,7 +265,7 @@ class nccl_communicator {
   }
 
   /// Before an exchange: no asynchronous error, and no enqueue of a non-blocking communicator
-  /// still in progress (NCCL forbids a new call until it has finished).
+  /// still running (NCCL forbids a new call until it has finished).
   void prepare_exchange(const char* where) {
     require_not_aborted(where);
     if (usable_async_state("qsdp::nccl_communicator") == ncclInProgress)

@@ -62,13 +62,11 @@ class call_counter {
 /// No quantization: the codec copies the values into the packet unchanged (bit-exact), through the
 /// same code path as the quantizers, for baselines.
 struct identity {
-  static constexpr std::uint8_t wire_id = 5;            ///< the policy's id in packet headers
+  static constexpr std::uint8_t wire_id = 5;       ///< the policy's id in packet headers
   static constexpr const char* name = "identity";  ///< the name policy_name() returns
 };
 
-// ---------------------------------------------------------------------------------------------------
-// The plug-in point: any type with these members is a quantizer (see docs and README).
-// ---------------------------------------------------------------------------------------------------
+// The plug-in point: any type with these members is a quantizer (docs/guides/custom-policy.md).
 
 /// A quantizer policy: the plug-in point of the codec (docs/guides/custom-policy.md). Members:
 /// - `static constexpr int bits`: the code width, 1..8;

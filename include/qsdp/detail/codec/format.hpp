@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The packet layout (docs/wire-format.md is the reference): header, per-bucket metadata, non-finite
+// The packet layout (docs/reference/wire-format.md): header, per-bucket metadata, non-finite
 // bucket flags, packed codes; each section starts at a multiple of 16 bytes and the packet's size
 // is one too, so packets of one call can sit back to back in one buffer.
 #pragma once

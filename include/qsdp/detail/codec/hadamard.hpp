@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The randomized Hadamard rotation of qsdp::hadamard<Inner> (quantizers.hpp), stated once for the
-// host codec and the kernels. docs/wire-format.md describes it as a packet reader needs it.
+// host codec and the kernels. docs/reference/wire-format.md has it as a packet reader needs it.
 //
 // A bucket is cut into pieces whose sizes are the powers of two of its length's binary expansion,
 // largest first: a whole bucket (bucket_size is a power of two) is one piece; a short last bucket

@@ -75,7 +75,7 @@ QSDP_HOST_DEVICE constexpr float uniform_from_half(std::uint32_t half) {
 enum class draw_domain : std::uint32_t { element = 0, bucket = 1 };
 
 /// Where one encode call sits in the random stream. Counter layout of a block
-/// (docs/wire-format.md):
+/// (docs/reference/wire-format.md):
 ///   key     = (seed low 32 bits, seed high 32 bits)
 ///   counter = (block low 32, block high 32, call low 32, stream | domain << 31)
 /// Per-bucket draws (24 bits): bucket b uses word b%4 of block b/4 of the bucket domain.

@@ -48,7 +48,7 @@
 namespace qsdp::detail {
 
 /// Waits, when it goes out of scope early (an exception), for the exchanges a pipeline has started
-/// and not yet waited for: they are in flight on every rank and may still write into the scratch,
+/// and has not waited for: they are in flight on every rank and may still write into the scratch,
 /// which the next call reuses. Errors while draining are dropped: the first error is the one
 /// thrown.
 template <class Steps>
@@ -69,7 +69,7 @@ class pending_exchanges {
   }
 
   void started(ticket t) { tickets_[started_++ % 2] = t; }
-  /// Waits for the oldest exchange not yet waited for.
+  /// Waits for the oldest exchange still outstanding.
   void wait_oldest() {
     const std::size_t i = first_++;
     steps_.wait(tickets_[i % 2]);

@@ -11,7 +11,7 @@
 //   compares them on the host, so that ranks that called differently all throw the same qsdp::error
 //   instead of hanging in NCCL. That costs one synchronisation; later calls with the same signature
 //   skip it and may be captured in a CUDA graph. (Ranks that differ in calls whose signatures were
-//   each agreed before are not caught here; docs/cuda.md, "Known limits".)
+//   each agreed before are not caught here; docs/reference/cuda.md, "Known limits".)
 // * Every received packet's header is still checked, by the decoding kernel: a bad one turns its
 //   values into NaN and is reported (naming the field and the rank) by the next collective on the
 //   communicator or when run_local_cuda's rank returns.
@@ -189,7 +189,7 @@ class device_steps {
   cudaEvent_t lane_event(std::size_t i) { return lane().event(i, comm_.device(), where_); }
 
   /// Runs exchange(stream) on the caller's stream (one piece) or on the lane, which first waits for
-  /// what the caller's stream has queued so far (the encode of the packets) and then marks the
+  /// what the caller's stream has queued up to now (the encode of the packets) and then marks the
   /// exchange's end for wait().
   template <class Exchange>
   ticket start(Exchange&& exchange) {
