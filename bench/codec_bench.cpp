@@ -4,8 +4,9 @@
 // (bucket 1024), and memcpy of the same buffer in the same binary as the ceiling. Bytes per second
 // count bytes read + written (encode: input + packet; decode: packet + output; memcpy: 2 x buffer).
 // After the Google Benchmark table it prints each median as a ratio to memcpy's median, next to the
-// goals of issues 2 and 16. Where the CPU has AVX-512 (which serves the stochastic encode), the
-// stochastic encoders also run on the AVX2 loops alone, as encode_avx2/..., side by side.
+// throughput goals set for the host codec (the `goals` table in main). Where the CPU has AVX-512
+// (which serves the stochastic encode), the stochastic encoders also run on the AVX2 loops alone,
+// as encode_avx2/..., side by side.
 //
 //   qsdp_codec_bench [--values=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
   register_policy("symmetric<2>", qsdp::symmetric<2>{});
   register_policy("random_shift<2>", qsdp::random_shift<2>{.seed = 1});
   register_policy("identity", qsdp::identity{});
-  // Rotated buckets (issue 17's goal: encode >= 0.5 of memcpy), next to plain stochastic<4> at the
+  // Rotated buckets (goal: encode at 0.5 of memcpy or more), next to plain stochastic<4> at the
   // same bucket size.
   register_policy("hadamard<stochastic<4>>",
                   qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 1024, .seed = 1}});

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // qsdp-bench: compressed collectives against the same exchange uncompressed, in the conventions of
-// nccl-tests (bench/README.md, docs/benchmarks.md).
+// nccl-tests (bench/README.md; options and output: docs/reference/qsdp-bench.md).
 //
 //   qsdp-bench [-b 1M] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1]
 //              [--op all_gather|reduce_scatter|all_reduce|delta_gather]

@@ -67,7 +67,7 @@ struct options {
 };
 
 /// Bytes of the packets a rank sends each peer for `count` values: one packet per pipeline piece
-/// (call_options::max_pieces; docs/wire-format.md, "Pieces").
+/// (call_options::max_pieces; docs/reference/wire-format.md, "Pieces").
 template <class T, class Q>
 std::size_t wire_bytes(const Q& q, std::size_t count, std::size_t max_pieces) {
   const qsdp::detail::piece_plan pieces =
@@ -111,47 +111,72 @@ inline int parse_int(const std::string& text, const char* flag, int lo, int hi) 
 }
 
 inline const char* help_text =
-    "qsdp-bench: compressed collectives vs the same exchange uncompressed (nccl-tests "
-    "conventions)\n"
-    "  -b, --minbytes SIZE    smallest size (default 1M); sizes take K, M, G suffixes\n"
-    "  -e, --maxbytes SIZE    largest size (default 64M)\n"
-    "  -f, --stepfactor F     multiply the size by F each step (default 2)\n"
-    "  -n, --iters N          timed iterations per size (default 20)\n"
-    "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
-    "  -c, --check 0|1        compute the error against the uncompressed result (default 1)\n"
-    "  --op all_gather|reduce_scatter|all_reduce|delta_gather   (default all_gather)\n"
-    "                         delta_gather: qsdp::delta_gather on weights that drift by 0.5 %% of\n"
-    "                         their spread before every timed call (untimed); host backends\n"
-    "  --quantizer stochastic|uniform|symmetric|random_shift|identity|hadamard (default "
-    "stochastic)\n"
-    "  --inner stochastic|uniform|symmetric|random_shift   the policy hadamard rotates (default\n"
-    "                         stochastic; host backends, bits 2, 4, 8; bucket 16..4096, a power of "
-    "two)\n"
-    "  --bits 1..8            code width (default 8; random_shift 2..8)\n"
-    "  --bucket N             values per bucket (default 1024)\n"
-    "  --data weights|gradients   N(0, 0.02), or N(0, 1e-3) with one value in 97 of N(0, 1)\n"
-    "                         (default: weights for the gathers, gradients for the reductions)\n"
-    "  --dtype float|bf16|half                        (default float)\n"
-    "  --backend local|mpi|nccl  in-process ranks (threads), MPI processes, or GPUs over NCCL: "
-    "one\n"
-    "                         process per GPU under mpirun, else one thread per GPU (default "
-    "local)\n"
-    "  --ranks N              ranks of the local backend, GPUs of the threaded NCCL one (default "
-    "4;\n"
-    "                         nccl: every visible GPU)\n"
-    "  --json FILE            also write every row as JSON\n"
-    "  --min-compressed SIZE  the size gate (call_options::min_compressed_bytes): calls that send\n"
-    "                         each peer fewer bytes go uncompressed; 0 compresses every size\n"
-    "                         (default: the library's, 32K)\n"
-    "  --max-pieces N         the pipeline (call_options::max_pieces): pieces per phase, 1 runs\n"
-    "                         each phase whole (default: the library's, 2)\n"
-    "  --model                predict the times instead (alpha-beta): needs --link-gbps; --ranks "
-    "is n\n"
-    "  --link-gbps G          per-rank link rate in Gbit/s (model)\n"
-    "  --latency-us A         per-message latency in microseconds (model, default 0)\n"
-    "  --codec-gbps C         codec throughput, bytes read + written per s / 1e9 (model; default: "
-    "timed\n"
-    "                         here with --codec-threads threads busy at once, default --ranks)\n";
+    "usage: qsdp-bench [options]\n"
+    "\n"
+    "Times one compressed collective of qsdp against the same exchange uncompressed (\"plain\") "
+    "on\n"
+    "the same ranks, over a sweep of buffer sizes, and prints one table row per size: time,\n"
+    "bandwidth, bytes sent, compression ratio and error. Sizes and bandwidths follow nccl-tests.\n"
+    "\n"
+    "Sizes:\n"
+    "  -b, --minbytes SIZE    The smallest buffer, in bytes; K, M and G multiply by 1024, 1024^2\n"
+    "                         and 1024^3 (default 1M).\n"
+    "  -e, --maxbytes SIZE    The largest buffer (default 64M).\n"
+    "  -f, --stepfactor F     Each size is F times the one before, F > 1 (default 2).\n"
+    "                         The buffer is the whole gathered output of all_gather, the whole\n"
+    "                         input of reduce_scatter and the buffer of all_reduce.\n"
+    "Timing:\n"
+    "  -n, --iters N          Timed calls per size; the table shows their median (default 20).\n"
+    "  -w, --warmup_iters N   Untimed calls before them (default 5).\n"
+    "  -c, --check 0|1        1 compares the compressed result with the plain one and prints the\n"
+    "                         errors; 0 leaves the error columns empty (default 1).\n"
+    "The collective:\n"
+    "  --op OP                all_gather, reduce_scatter, all_reduce or delta_gather (default\n"
+    "                         all_gather). delta_gather is qsdp::delta_gather on weights that\n"
+    "                         drift by 0.5 % of their spread before every call (outside the timed\n"
+    "                         part); it runs on the local and mpi backends.\n"
+    "  --quantizer Q          stochastic, uniform, symmetric, random_shift, identity or hadamard\n"
+    "                         (default stochastic).\n"
+    "  --inner Q              The policy that hadamard rotates: stochastic, uniform, symmetric or\n"
+    "                         random_shift (default stochastic). hadamard takes 2, 4 or 8 bits\n"
+    "                         and a bucket of 16 to 4096 values that is a power of two; the nccl\n"
+    "                         backend has no hadamard.\n"
+    "  --bits B               Bits per value, 1 to 8; random_shift takes 2 to 8, the nccl backend\n"
+    "                         2, 4 or 8 (default 8).\n"
+    "  --bucket N             Values per bucket, N >= 1 (default 1024).\n"
+    "  --data D               weights: N(0, 0.02); gradients: N(0, 1e-3) with one value in 97\n"
+    "                         drawn from N(0, 1) (default: weights for all_gather and\n"
+    "                         delta_gather, gradients for reduce_scatter and all_reduce).\n"
+    "  --dtype T              float, bf16 or half (default float).\n"
+    "  --min-compressed SIZE  The size gate, call_options::min_compressed_bytes: a call in which\n"
+    "                         each rank sends each peer fewer bytes of values than this "
+    "(all_reduce:\n"
+    "                         the whole buffer) goes uncompressed; 0 compresses every size\n"
+    "                         (default 32K, the library's default).\n"
+    "  --max-pieces N         The pipeline, call_options::max_pieces: pieces per phase, 1 to 64;\n"
+    "                         1 runs each phase whole (default 2, the library's default).\n"
+    "Ranks:\n"
+    "  --backend B            local: ranks are threads of this process; mpi: ranks are MPI\n"
+    "                         processes (start it with mpirun); nccl: ranks are GPUs, one process\n"
+    "                         per GPU under mpirun, else one thread per GPU (default local).\n"
+    "  --ranks N              Ranks of the local backend, GPUs of the threaded nccl backend\n"
+    "                         (default 4 for local, every visible GPU for nccl; mpi: the job's).\n"
+    "Output:\n"
+    "  --json FILE            Also writes every row to FILE as JSON (default: no file).\n"
+    "Prediction instead of measurement:\n"
+    "  --model                Predicts the times from an alpha-beta model of the links and the\n"
+    "                         codec instead of running the collective; --ranks is the number of\n"
+    "                         ranks to predict for. Needs --link-gbps (default off).\n"
+    "  --link-gbps G          The link rate of each rank, in Gbit/s (no default).\n"
+    "  --latency-us A         The latency of each message, in microseconds (default 0).\n"
+    "  --codec-gbps C         The codec's throughput, in GB/s of bytes read and written; 0 times\n"
+    "                         the codec on this machine (default 0).\n"
+    "  --codec-threads K      Threads that run the codec at once while it is timed, as ranks of\n"
+    "                         one machine share its cores (default: --ranks).\n"
+    "  -h, --help             Prints this text.\n"
+    "\n"
+    "Progress lines go to stderr once a run takes more than a few seconds; the table goes to "
+    "stdout.\n";
 
 inline options parse(int argc, char** argv) {
   options o;
@@ -280,6 +305,7 @@ inline double sqnr_db(double rel_l2) { return -20.0 * std::log10(rel_l2); }
 /// One row of the table.
 struct row {
   std::size_t size = 0, count = 0, wire = 0, plain_wire = 0;
+  bool gated = false;  // below the size gate (--min-compressed): sent uncompressed
   double time_us = 0, algbw = 0, busbw = 0, plain_time_us = 0, plain_busbw = 0;
   double rel_l2 = NAN, max_error = NAN;
   double codec_us = NAN, network_us = NAN;  // --model: qsdp's time split into codec and network
@@ -351,15 +377,54 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// Progress lines on stderr, "[3/7] all_gather stochastic<8>, 4194304 B", once a run has taken
+/// more than a few seconds (short runs stay quiet). stdout is flushed first, so that a progress
+/// line never lands inside a line of the table.
+class progress {
+ public:
+  progress(std::size_t steps, bool enabled) : steps_(steps), enabled_(enabled) {}
+  void step(const std::string& what) {
+    ++done_;
+    if (!enabled_ || std::chrono::steady_clock::now() - start_ < std::chrono::seconds(2)) return;
+    std::fflush(stdout);
+    std::fprintf(stderr, "[%zu/%zu] %s\n", done_, steps_, what.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t done_ = 0, steps_;
+  bool enabled_;
+};
+
+/// The sizes of the sweep, -b to -e by -f, in bytes.
+inline std::vector<std::size_t> sweep_sizes(const options& o) {
+  std::vector<std::size_t> sizes;
+  for (double size = static_cast<double>(o.min_bytes);
+       size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor)
+    sizes.push_back(static_cast<std::size_t>(size));
+  return sizes;
+}
+
+/// Whether the size gate sends a call of `count` values per rank uncompressed (all_gather,
+/// reduce_scatter: count values to each peer; all_reduce: the whole buffer). delta_gather's
+/// exchange of differences is never gated.
+template <class T>
+bool below_gate(const options& o, std::size_t count) {
+  return o.op != op_kind::delta_gather &&
+         qsdp::detail::gated_uncompressed(count, sizeof(T), o.min_compressed);
+}
+
 template <class T, class Q>
-std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
+std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q, const std::string& policy) {
   const std::size_t world = static_cast<std::size_t>(r.world);
   std::vector<row> rows;
-  for (double size = static_cast<double>(o.min_bytes);
-       size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
+  const std::vector<std::size_t> sizes = sweep_sizes(o);
+  progress shown(sizes.size(), r.rank == 0);
+  for (const std::size_t bytes : sizes) {
+    shown.step(std::string(op_name(o.op)) + " " + policy + ", " + std::to_string(bytes) + " B");
     row out;
     // Counts as nccl-tests derives them, rounded down to whole values per rank.
-    const std::size_t bytes = static_cast<std::size_t>(size);
     const std::size_t count =
         o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / world;
     if (count == 0) continue;
@@ -390,6 +455,9 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q) {
                    ? wire_bytes<float>(q, packet_count, qsdp::default_max_pieces)
                    : wire_bytes<T>(q, packet_count, o.max_pieces);
     out.plain_wire = packet_count * sizeof(T);
+    out.gated = below_gate<T>(o, count);
+    // Gated: each peer gets a call descriptor and the values as they are (all_reduce: the buffer).
+    if (out.gated) out.wire = sizeof(qsdp::detail::call_descriptor) + count * sizeof(T);
     if (o.check) {
       if (r.advance) r.advance();
       r.compressed(count);
@@ -423,11 +491,37 @@ inline const char* dtype_label(const std::string& d) {
   return d == "float" ? "float" : d == "bf16" ? "bf16" : "half";
 }
 
+/// What "plain" is on this backend: the uncompressed exchange the compressed one is measured
+/// against.
+inline std::string plain_exchange(const options& o) {
+  const bool reduction = o.op == op_kind::reduce_scatter || o.op == op_kind::all_reduce;
+  if (o.model) return "the same exchange uncompressed, predicted the same way";
+  if (o.backend == "nccl")
+    return o.op == op_kind::all_gather       ? "ncclAllGather"
+           : o.op == op_kind::reduce_scatter ? "ncclReduceScatter"
+                                             : "ncclAllReduce";
+  if (o.backend == "mpi" && !(reduction && o.dtype != "float"))
+    return o.op == op_kind::reduce_scatter ? "MPI_Reduce_scatter_block"
+           : o.op == op_kind::all_reduce   ? "MPI_Allreduce"
+                                           : "MPI_Allgather";
+  return "qsdp::identity, the values uncompressed through the same pipeline";
+}
+
+/// Columns: their names on the first header line, their units on the second, the widths of both
+/// and of the rows.
+inline void print_columns(const char* lead, const char* const (&names)[14]) {
+  std::printf("%s %12s %12s %6s | %11s %9s %9s | %13s %8s | %9s %6s %9s | %11s %9s | %7s\n", lead,
+              names[0], names[1], names[2], names[3], names[4], names[5], names[6], names[7],
+              names[8], names[9], names[10], names[11], names[12], names[13]);
+}
+
 inline void print_header(const options& o, const std::string& policy, int world) {
   std::printf(
       "# qsdp-bench: op %s, quantizer %s, bucket %zu, dtype %s, data %s, backend %s, %d ranks\n",
       op_name(o.op), policy.c_str(), o.bucket, o.dtype.c_str(),
-      gradient_data(o) ? "gradients" : "weights", o.model ? "model" : o.backend.c_str(), world);
+      gradient_data(o) ? "gradients (N(0, 1e-3), one value in 97 from N(0, 1))"
+                       : "weights (N(0, 0.02))",
+      o.model ? "model" : o.backend.c_str(), world);
   if (o.op == op_kind::delta_gather)
     std::printf(
         "# delta_gather: the weights drift by 0.5 %% of their spread before every compressed call "
@@ -438,25 +532,120 @@ inline void print_header(const options& o, const std::string& policy, int world)
         "# times predicted from the link and the codec; no error columns (nothing is exchanged)\n");
   else
     std::printf(
-        "# iterations %d (after %d warm-up), each after a barrier; time = slowest rank, median "
-        "over "
-        "iterations; plain = the uncompressed exchange on the same communicator\n",
-        o.iterations, o.warmup);
-  std::printf("#\n# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %6s %9s | %11s %9s | %7s\n",
-              "size", "count", "type", "time (us)", "algbw", "busbw", "wire bytes", "ratio",
-              "rel. L2", "SQNR", "max err", "plain (us)", "busbw", "speedup");
-  std::printf("# %12s %12s %6s | %11s %9s %9s | %12s %6s | %9s %6s %9s | %11s %9s | %7s\n", "(B)",
-              "(values)", "", "", "(GB/s)", "(GB/s)", "(per rank)", "", "", "(dB)", "", "",
-              "(GB/s)", "");
+        "# time: the slowest rank's, median of %d call%s after %d warm-up call%s, each after a "
+        "barrier\n",
+        o.iterations, o.iterations == 1 ? "" : "s", o.warmup, o.warmup == 1 ? "" : "s");
+  std::printf("# plain: %s\n#\n", plain_exchange(o).c_str());
+  print_columns("#", {"size", "count", "type", "time", "algbw", "busbw", "wire", "ratio", "rel. L2",
+                      "SQNR", "max abs", "plain time", "plain bw", "speedup"});
+  print_columns("#", {"(B)", "(values)", "", "(us)", "(GB/s)", "(GB/s)", "(B/peer)", "(x)", "err",
+                      "(dB)", "err", "(us)", "(GB/s)", "(x)"});
+}
+
+/// "3.94x", "1.00x*" (below the size gate), "2.1e-03", "-" (not computed).
+inline std::string ratio_text(const row& r) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2fx%s",
+                static_cast<double>(r.plain_wire) / static_cast<double>(r.wire),
+                r.gated ? "*" : "");
+  return text;
+}
+
+inline std::string number_text(const char* format, double v) {
+  if (!std::isfinite(v)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
 }
 
 inline void print_row(const row& r, const options& o) {
   std::printf(
-      "  %12zu %12zu %6s | %11.1f %9.3f %9.3f | %12zu %6.2f | %9.2e %6.1f %9.2e | %11.1f %9.3f | "
+      "  %12zu %12zu %6s | %11.1f %9.3f %9.3f | %13zu %8s | %9s %6s %9s | %11.1f %9.3f | "
       "%6.2fx\n",
       r.size, r.count, dtype_label(o.dtype), r.time_us, r.algbw, r.busbw, r.wire,
-      static_cast<double>(r.plain_wire) / static_cast<double>(r.wire), r.rel_l2, sqnr_db(r.rel_l2),
-      r.max_error, r.plain_time_us, r.plain_busbw, r.plain_time_us / r.time_us);
+      ratio_text(r).c_str(), number_text("%.2e", r.rel_l2).c_str(),
+      number_text("%.1f", sqnr_db(r.rel_l2)).c_str(), number_text("%.2e", r.max_error).c_str(),
+      r.plain_time_us, r.plain_busbw, r.plain_time_us / r.time_us);
+}
+
+/// What the columns mean, after the table.
+inline void print_legend(const options& o, const std::vector<row>& rows) {
+  std::printf(
+      "#\n"
+      "# wire: bytes each rank sends each peer per call (packets with their headers); ratio: plain "
+      "bytes / wire bytes.\n");
+  if (!o.model && o.check)
+    std::printf(
+        "# rel. L2 err: ||y - x|| / ||x|| (relative RMS error) of the worst rank, y its compressed "
+        "result and x its plain one;\n"
+        "# SQNR: -20 log10(rel. L2 err); max abs err: the largest |y_i - x_i| of any rank.\n");
+  std::printf(
+      "# algbw: size / time; busbw: algbw (n - 1) / n, all_reduce 2 (n - 1) / n (as nccl-tests); "
+      "speedup: plain time / time;\n# plain time, plain bw: the plain exchange's time and "
+      "busbw.\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const row& r) { return r.gated; }))
+    std::printf(
+        "# *: below the size gate (--min-compressed %zu B of values per peer), so sent "
+        "uncompressed.\n",
+        o.min_compressed);
+  if (!o.model && o.backend == "local")
+    std::printf(
+        "# local backend: the ranks are threads sharing memory, so the exchange is a memcpy and "
+        "the "
+        "times mostly\n# measure the codec; --backend mpi (bench/net/run.sh) or nccl times a "
+        "network.\n");
+}
+
+/// "0.41 %" of a relative error.
+inline std::string percent_text(double rel) {
+  char text[32];
+  std::snprintf(text, sizeof text, rel * 100 >= 10 ? "%.0f %%" : "%.2g %%", rel * 100);
+  return text;
+}
+
+/// One line from the rows: the bytes saved and the error at the largest compressed size, and
+/// where the compressed exchange beats the plain one.
+inline std::string verdict(const options& o, const std::string& policy,
+                           const std::vector<row>& rows) {
+  if (rows.empty()) return "no size of the sweep holds one value per rank: raise -b and -e";
+  std::string text = policy;
+  const auto last = std::find_if(rows.rbegin(), rows.rend(), [](const row& r) { return !r.gated; });
+  if (last == rows.rend()) {
+    text += " ran uncompressed at every size: each is below the size gate (--min-compressed " +
+            std::to_string(o.min_compressed) + " B per peer; 0 compresses every size)";
+  } else {
+    const double ratio = static_cast<double>(last->plain_wire) / static_cast<double>(last->wire);
+    char part[160];
+    if (ratio >= 1.005)
+      std::snprintf(part, sizeof part, " sends %.2fx fewer bytes than plain %s", ratio,
+                    dtype_label(o.dtype));
+    else
+      std::snprintf(part, sizeof part, " sends about as many bytes as plain %s (%.3fx)",
+                    dtype_label(o.dtype), ratio);
+    text += part;
+    if (std::isfinite(last->rel_l2))
+      text += last->rel_l2 == 0 ? " with no error"
+                                : " at " + percent_text(last->rel_l2) + " rel. L2 error";
+    text += " (" + std::to_string(last->size) + " B" +
+            (std::isfinite(last->rel_l2) ? ", worst rank)" : ")");
+  }
+  std::size_t faster = 0;
+  const row* best = &rows.front();
+  for (const row& r : rows) {
+    if (r.plain_time_us > r.time_us) ++faster;
+    if (r.plain_time_us / r.time_us > best->plain_time_us / best->time_us) best = &r;
+  }
+  char part[200];
+  const double speedup = best->plain_time_us / best->time_us;
+  const char* predicted = o.model ? "predicted " : "";
+  if (faster == 0)
+    std::snprintf(part, sizeof part, "; %sslower than plain at every size (at best %.2fx, %zu B)",
+                  predicted, speedup, best->size);
+  else
+    std::snprintf(part, sizeof part,
+                  "; %sfaster than plain at %zu of %zu sizes, up to %.2fx (%zu B)", predicted,
+                  faster, rows.size(), speedup, best->size);
+  return text + part;
 }
 
 inline void write_json(const std::string& path, const options& o, const std::string& policy,
@@ -500,13 +689,13 @@ inline void write_json(const std::string& path, const options& o, const std::str
         "\"wire_bytes\": %zu, \"plain_wire_bytes\": %zu, \"rel_l2\": %s, \"sqnr_db\": %s, "
         "\"max_error\": %s, "
         "\"plain_time_us\": %s, \"plain_busbw\": %s, \"speedup\": %s, \"codec_us\": %s, "
-        "\"network_us\": %s}",
+        "\"network_us\": %s, \"gated\": %s}",
         i ? "," : "", r.size, r.count, number(r.time_us).c_str(), number(r.algbw).c_str(),
         number(r.busbw).c_str(), r.wire, r.plain_wire, number(r.rel_l2).c_str(),
         number(sqnr_db(r.rel_l2)).c_str(), number(r.max_error).c_str(),
         number(r.plain_time_us).c_str(), number(r.plain_busbw).c_str(),
         number(r.plain_time_us / r.time_us).c_str(), number(r.codec_us).c_str(),
-        number(r.network_us).c_str());
+        number(r.network_us).c_str(), r.gated ? "true" : "false");
   }
   std::fprintf(f, "\n]}\n");
   std::fclose(f);
@@ -536,11 +725,13 @@ inline void report(const options& o, const std::string& policy, int rank, int wo
   print_header(o, policy, world);
   for (const row& r : rows) print_row(r, o);
   if (o.model) {
-    std::printf("# where qsdp's predicted time goes:\n");
+    std::printf("#\n# where qsdp's predicted time goes:\n");
     for (const row& r : rows)
-      std::printf("#   size %zu: codec %.1f us, network %.1f us (plain: %.1f us)\n", r.size,
+      std::printf("#   size %zu B: codec %.1f us, network %.1f us (plain: %.1f us)\n", r.size,
                   r.codec_us, r.network_us, r.plain_time_us);
   }
+  print_legend(o, rows);
+  std::printf("# verdict: %s\n", verdict(o, policy, rows).c_str());
   std::fflush(stdout);
   if (!o.json.empty()) write_json(o.json, o, policy, world, rows);
 }
@@ -558,9 +749,9 @@ void dispatch_policy(const options& o, Run&& run) {
   const std::string name = rotated ? "hadamard<" + plain_name + ">" : plain_name;
   if (rotated && RotatedWidths == 0)
     usage_error(
-        "--quantizer hadamard: this backend of qsdp-bench is built without rotated policies "
-        "(for nvcc's time; the host backends have them, and qsdp_gpu_codec_bench measures the "
-        "rotated kernels)");
+        "--quantizer hadamard: the nccl backend of qsdp-bench has no rotated policies (they are "
+        "left out to keep nvcc's compile time down); the local and mpi backends have them, and "
+        "qsdp_gpu_codec_bench times the rotated device kernels");
   bool ran = false;
   auto each_width = [&]<template <int> class P, unsigned Allowed, unsigned AllowedRotated>() {
     [&]<int... B>(std::integer_sequence<int, B...>) {

@@ -128,18 +128,23 @@ void bind_host(runner<T>& r, Comm& comm, host_buffers<T>& b, Compressed compress
   };
 }
 
-// ---- --model: alpha-beta prediction
-// ------------------------------------------------------------------- Every exchange is n - 1
-// messages per rank through the rank's own link (a ring or direct sends: each rank sends and
-// receives (n - 1) * bytes), so t_net(bytes) = (n - 1) * (alpha + bytes / beta). qsdp runs codec
-// and network one after the other (no overlap), and first exchanges a 64-byte descriptor:
-//   all_gather      plain: t_net(P)                        qsdp: t_net(64) + enc(c) + t_net(W) + n
-//   dec(c) reduce_scatter  plain: t_net(P) + (n - 1) sum(c)       qsdp: t_net(64) + n enc(c) +
-//   t_net(W) + acc(n, c) all_reduce      reduce_scatter of the buffer's shards, then all_gather of
-//   them
+// clang-format off
+// ---- --model: alpha-beta prediction ----------------------------------------------------------
+// Every exchange is n - 1 messages per rank through the rank's own link (a ring or direct sends:
+// each rank sends and receives (n - 1) * bytes), so t_net(bytes) = (n - 1) * (alpha + bytes /
+// beta). qsdp runs codec and network one after the other (no overlap), and first exchanges a
+// 64-byte descriptor:
+//
+//   all_gather      plain: t_net(P)
+//                   qsdp:  t_net(64) + enc(c) + t_net(W) + n dec(c)
+//   reduce_scatter  plain: t_net(P) + (n - 1) sum(c)
+//                   qsdp:  t_net(64) + n enc(c) + t_net(W) + acc(n, c)
+//   all_reduce      reduce_scatter of the buffer's shards, then all_gather of them
+//
 // with P = c * sizeof(T), W the packet's bytes, and the codec times measured here on the same data
 // (median of 5, `codec_threads` threads encoding at once, since ranks of one machine share its
-// cores), or derived from --codec-gbps.
+// cores), or derived from --codec-gbps. The size gate is not modelled: every size is compressed.
+// clang-format on
 struct codec_times {
   double encode_s = 0, decode_s = 0, accumulate_s = 0,
          add_s = 0;  // per call, one chunk of c values
@@ -206,14 +211,16 @@ codec_times time_codec(const options& o, const Q& q, std::size_t count, int rank
 }
 
 template <class T, class Q>
-std::vector<row> model_sweep(const options& o, const Q& q) {
+std::vector<row> model_sweep(const options& o, const Q& q, const std::string& policy) {
   const auto n = static_cast<std::size_t>(o.ranks);
   const double alpha = o.latency_us * 1e-6, beta = o.link_gbps * 1e9 / 8;
   auto net = [&](double bytes) { return static_cast<double>(n - 1) * (alpha + bytes / beta); };
   std::vector<row> rows;
-  for (double size = static_cast<double>(o.min_bytes);
-       size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
-    const std::size_t bytes = static_cast<std::size_t>(size);
+  const std::vector<std::size_t> sizes = sweep_sizes(o);
+  progress shown(sizes.size(), true);
+  for (const std::size_t bytes : sizes) {
+    shown.step(std::string("model of ") + op_name(o.op) + " " + policy + ", " +
+               std::to_string(bytes) + " B");
     const std::size_t count =
         o.op == op_kind::all_reduce ? bytes / sizeof(T) : bytes / sizeof(T) / n;
     if (count == 0) continue;
@@ -266,7 +273,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
         o.link_gbps, o.latency_us,
         o.codec_gbps > 0 ? (std::to_string(o.codec_gbps) + " GB/s (given)").c_str()
                          : "timed on this machine");
-    report(o, policy, 0, o.ranks, model_sweep<T>(o, q));
+    report(o, policy, 0, o.ranks, model_sweep<T>(o, q, policy));
     return;
   }
   const qsdp::call_options gate{.min_compressed_bytes = o.min_compressed,
@@ -291,7 +298,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
                 collective(comm, qsdp::identity{}, o.op, s, d, n, plain_gate);
               },
               delta ? &weights : nullptr);
-          const std::vector<row> rows = run_sweep(r, o, q);
+          const std::vector<row> rows = run_sweep(r, o, q, policy);
           report(o, policy, comm.rank(), comm.size(), rows);
         },
         qsdp::fault_options{.timeout = std::chrono::minutes(10)});
@@ -333,7 +340,7 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
         collective(comm, q, o.op, s, d, n, gate, weights.gather.get());
       },
       plain, o.op == op_kind::delta_gather ? &weights : nullptr);
-  const std::vector<row> rows = run_sweep(r, o, q);
+  const std::vector<row> rows = run_sweep(r, o, q, policy);
   report(o, policy, comm.rank(), comm.size(), rows);
 #else
   throw std::invalid_argument(

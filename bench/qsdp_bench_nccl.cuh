@@ -92,7 +92,8 @@ class device_buffer : qsdp::detail::no_copies {
 
 /// One rank's sweep on `device` over `comm`; returns the rows (meaningful on rank 0).
 template <class T, class Q>
-std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int device) {
+std::vector<row> rank_sweep(const options& o, const Q& q, const std::string& policy,
+                            ncclComm_t comm, int device) {
   cuda_ok(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -193,7 +194,7 @@ std::vector<row> rank_sweep(const options& o, const Q& q, ncclComm_t comm, int d
             "cudaMemcpyAsync (plain result)");
     sync();
   };
-  return run_sweep(r, o, q);
+  return run_sweep(r, o, q, policy);
 }
 
 void print_devices(int ranks) {
@@ -226,7 +227,7 @@ void run_threads(const options& o, const Q& q, const std::string& policy, int de
     threads.emplace_back([&, d] {
       const auto k = static_cast<std::size_t>(d);
       try {
-        rows[k] = rank_sweep<T>(o, q, comms[k], d);
+        rows[k] = rank_sweep<T>(o, q, policy, comms[k], d);
       } catch (const std::exception& e) {
         failures[k] = e.what();
         failed = true;
@@ -266,7 +267,7 @@ void run_processes(const options& o, const Q& q, const std::string& policy, int 
   nccl_ok(ncclCommInitRank(&comm, group.world, id, group.rank), nullptr, "ncclCommInitRank");
   std::vector<row> rows;
   try {
-    rows = rank_sweep<T>(o, q, comm, device);
+    rows = rank_sweep<T>(o, q, policy, comm, device);
   } catch (...) {
     (void)ncclCommAbort(comm);  // main() then ends the job with MPI_Abort
     throw;

@@ -12,12 +12,15 @@
 // Every call is timed after a barrier (the slowest rank's time; the median over -n iterations after
 // -w warm-up ones), and its error is the relative L2 distance to the float64 result, over all
 // ranks. Bucket 1024 throughout (hadamard: 1024 too). The size gate is left at its default (sizes
-// below 32 KiB per peer then move uncompressed).
+// below 32 KiB per peer then move uncompressed). Rank 0 prints one table row per call and size, and
+// a verdict per operation from the largest size; progress lines go to stderr once the run takes
+// more than a few seconds.
 //
 //   mpirun -n 4 qsdp-bench-two-level --node-size 2 [-b 1M] [-e 64M] [-f 4] [-n 3] [-w 1]
 //          [--op reduce_scatter|all_gather|both] [--json FILE]
 //
-// bench/net/run.sh --node-size 2 --inside-rate R shapes the links as nodes (docs/benchmarks.md).
+// bench/net/run.sh --node-size 2 --inside-rate R shapes the links as nodes
+// (docs/guides/two-level.md; results: docs/benchmarks/two-level.md).
 #include <mpi.h>
 
 #include <algorithm>
@@ -45,12 +48,30 @@ struct options {
   int iterations = 3, warmup = 1;
   std::string op = "both";
   std::string json;
+  bool help = false;
 };
+
+const char* help_text =
+    "usage: mpirun -n N qsdp-bench-two-level --node-size S [options]\n"
+    "\n"
+    "Times qsdp's two-level collectives (inside nodes of S ranks, then across them) against flat\n"
+    "qsdp and plain MPI on the same ranks, for fp32 values, and prints one row per call and size.\n"
+    "\n"
+    "  --node-size S   Ranks per node, S >= 1; N must be a multiple of S (no default).\n"
+    "  -b SIZE         The smallest size, in bytes per rank; K, M and G multiply by 1024, 1024^2\n"
+    "                  and 1024^3 (default 1M).\n"
+    "  -e SIZE         The largest size, in bytes per rank (default 64M).\n"
+    "  -f F            Each size is F times the one before, F > 1 (default 4).\n"
+    "  -n N            Timed calls per size and call; the table shows their median (default 3).\n"
+    "  -w N            Untimed calls before them (default 1).\n"
+    "  --op OP         reduce_scatter, all_gather or both (default both).\n"
+    "  --json FILE     Also writes every row to FILE as JSON (default: no file).\n"
+    "  --backend mpi   Accepted for bench/net/run.sh; MPI is the only backend.\n"
+    "  -h, --help      Prints this text.\n";
 
 [[noreturn]] void usage(const std::string& message) {
   throw std::invalid_argument("qsdp-bench-two-level: " + message +
-                              " (usage: --node-size S [-b SIZE] [-e SIZE] [-f F] [-n N] [-w N] "
-                              "[--op reduce_scatter|all_gather|both] [--json FILE])");
+                              " (qsdp-bench-two-level --help lists the options)");
 }
 
 std::size_t parse_size(const std::string& text) {
@@ -70,6 +91,10 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      o.help = true;
+      return o;
+    }
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string value = argv[i + 1];
     if (flag == "--node-size")
@@ -141,9 +166,78 @@ struct row {
   std::size_t bytes_per_rank;
   double seconds, error;
   std::size_t plain;  // the index of this op and size's plain MPI row; flat 8-bit is the next
+  double ratio;       // fp32 bytes / bytes of the packets that cross between nodes
 };
 
 int g_rank = 0, g_world = 1;
+
+/// fp32 bytes over the bytes of policy q's packet of `count` values: the compression of what
+/// crosses between nodes (flat: of everything).
+template <class Q>
+double ratio_of(const Q& q, std::size_t count) {
+  return static_cast<double>(count * sizeof(float)) /
+         static_cast<double>(qsdp::compressed_size<float>(q, count));
+}
+
+/// Progress lines on rank 0's stderr, "[3/22] reduce_scatter, 4194304 B per rank: ...", once the
+/// run has taken more than a few seconds; stdout is flushed first, so that they never land inside a
+/// line of the table.
+class progress {
+ public:
+  explicit progress(std::size_t steps) : steps_(steps) {}
+  void step(const std::string& what) {
+    ++done_;
+    if (g_rank != 0 || std::chrono::steady_clock::now() - start_ < std::chrono::seconds(2)) return;
+    std::fflush(stdout);
+    std::fprintf(stderr, "[%zu/%zu] %s\n", done_, steps_, what.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t done_ = 0, steps_;
+};
+
+/// "1.2 %" of a relative error.
+std::string percent_text(double rel) {
+  char text[32];
+  std::snprintf(text, sizeof text, rel * 100 >= 10 ? "%.0f %%" : "%.2g %%", rel * 100);
+  return text;
+}
+
+/// One line for one operation at the largest size: the fastest variant, against plain MPI and flat
+/// 8-bit qsdp, and its error.
+void print_verdict(const std::vector<row>& rows, const std::string& op) {
+  std::size_t first = rows.size();
+  for (std::size_t i = rows.size(); i-- > 0;)
+    if (rows[i].op == op) {
+      first = rows[i].plain;
+      break;
+    }
+  if (first == rows.size()) return;
+  std::size_t best = first;
+  for (std::size_t i = first; i < rows.size() && rows[i].op == op; ++i)
+    if (rows[i].seconds < rows[best].seconds) best = i;
+  const row& b = rows[best];
+  const row& plain = rows[first];
+  const row& flat8 = rows[first + 1];
+  std::printf("# verdict, %s at %zu B per rank: ", op.c_str(), b.bytes_per_rank);
+  if (best == first) {
+    std::size_t next = first + 1;
+    for (std::size_t i = first + 1; i < rows.size() && rows[i].op == op; ++i)
+      if (rows[i].seconds < rows[next].seconds) next = i;
+    std::printf("plain %s is the fastest; the fastest compressed call, %s, takes %.2fx its time\n",
+                plain.variant.c_str(), rows[next].variant.c_str(),
+                rows[next].seconds / plain.seconds);
+    return;
+  }
+  std::printf("fastest: %s, %.2fx faster than %s", b.variant.c_str(), plain.seconds / b.seconds,
+              plain.variant.c_str());
+  if (best != first + 1)
+    std::printf(" and %.2fx faster than %s", flat8.seconds / b.seconds, flat8.variant.c_str());
+  std::printf(", sending %.2fx fewer bytes across nodes, at %s rel. L2 error\n", b.ratio,
+              percent_text(b.error).c_str());
+}
 
 }  // namespace
 
@@ -155,18 +249,41 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     const options o = parse(argc, argv);
+    if (o.help) {
+      if (g_rank == 0) std::fputs(help_text, stdout);
+      MPI_Finalize();
+      return 0;
+    }
     qsdp::mpi_two_level levels(MPI_COMM_WORLD, o.node_size);
     qsdp::mpi_communicator flat(MPI_COMM_WORLD);
     auto& pair = levels.pair();
     const auto w = static_cast<std::size_t>(g_world);
     std::vector<row> rows;
-    if (g_rank == 0)
-      std::printf(
-          "# qsdp-bench-two-level: %d ranks, nodes of %d; fp32; time = slowest rank, median of "
-          "%d after %d warm-up; error = rel. L2 to float64 over all ranks\n",
-          g_world, o.node_size, o.iterations, o.warmup);
+    std::vector<double> sizes;
     for (double size = static_cast<double>(o.min_bytes);
-         size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
+         size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor)
+      sizes.push_back(size);
+    progress shown(sizes.size() *
+                   ((o.op != "all_gather" ? 6 : 0) + (o.op != "reduce_scatter" ? 5 : 0)));
+    if (g_rank == 0) {
+      std::printf(
+          "# qsdp-bench-two-level: %d ranks in nodes of %d, fp32 values, bucket 1024\n"
+          "# time: the slowest rank's, median of %d call%s after %d warm-up call%s, each after a "
+          "barrier\n"
+          "# rel. L2 err: ||y - x|| / ||x|| (relative RMS error) over all ranks, x the float64 "
+          "result\n"
+          "# ratio: fp32 bytes / packet bytes of the policy that crosses between nodes (flat: its "
+          "one policy);\n"
+          "# sizes below the size gate (32 KiB per peer) go uncompressed\n"
+          "#\n",
+          g_world, o.node_size, o.iterations, o.iterations == 1 ? "" : "s", o.warmup,
+          o.warmup == 1 ? "" : "s");
+      std::printf("# %-14s %14s  %-50s %10s %8s %9s %7s %11s\n", "op", "size", "variant", "time",
+                  "vs MPI", "vs flat", "ratio", "rel. L2");
+      std::printf("# %-14s %14s  %-50s %10s %8s %9s %7s %11s\n", "", "(B per rank)", "", "(ms)",
+                  "(x)", "8-bit (x)", "(x)", "err");
+    }
+    for (const double size : sizes) {
       const std::size_t count = static_cast<std::size_t>(size) / sizeof(float);
       const std::size_t bytes = count * sizeof(float);
       const std::size_t size_rows = rows.size();
@@ -180,36 +297,41 @@ int main(int argc, char** argv) {
         }
         std::vector<float> out(count);
         const std::size_t plain = rows.size();
-        auto add = [&](const std::string& variant, const std::function<void()>& call) {
+        auto add = [&](const std::string& variant, double ratio,
+                       const std::function<void()>& call) {
+          shown.step("reduce_scatter, " + std::to_string(bytes) + " B per rank: " + variant);
           const double t = time_call(o, call);
-          rows.push_back({"reduce_scatter", variant, bytes, t, rel_l2(out, exact), plain});
+          rows.push_back({"reduce_scatter", variant, bytes, t, rel_l2(out, exact), plain, ratio});
         };
-        add("MPI_Reduce_scatter_block", [&] {
+        const qsdp::stochastic<8> s8{.seed = 1};
+        const qsdp::stochastic<4> s4{.seed = 1};
+        const qsdp::hadamard<qsdp::stochastic<4>> h4{{.seed = 2}};
+        add("MPI_Reduce_scatter_block", 1.0, [&] {
           MPI_Reduce_scatter_block(grads.data(), out.data(), static_cast<int>(count), MPI_FLOAT,
                                    MPI_SUM, MPI_COMM_WORLD);
         });
-        add("flat stochastic<8>", [&] {
+        add("flat stochastic<8>", ratio_of(s8, count), [&] {
           qsdp::reduce_scatter(flat, qsdp::stochastic<8>{.seed = 1}, grads.data(), out.data(),
                                count, qsdp::reduce_op::sum);
         });
-        add("flat stochastic<4>", [&] {
+        add("flat stochastic<4>", ratio_of(s4, count), [&] {
           qsdp::reduce_scatter(flat, qsdp::stochastic<4>{.seed = 1}, grads.data(), out.data(),
                                count, qsdp::reduce_op::sum);
         });
-        add("two-level stochastic<8> | stochastic<4>", [&] {
+        add("two-level stochastic<8> | stochastic<4>", ratio_of(s4, count), [&] {
           qsdp::reduce_scatter(
               pair,
               qsdp::level_policies{qsdp::stochastic<8>{.seed = 1}, qsdp::stochastic<4>{.seed = 2}},
               grads.data(), out.data(), count, qsdp::reduce_op::sum);
         });
-        add("two-level stochastic<8> | hadamard<stochastic<4>>", [&] {
+        add("two-level stochastic<8> | hadamard<stochastic<4>>", ratio_of(h4, count), [&] {
           qsdp::reduce_scatter(
               pair,
               qsdp::level_policies{qsdp::stochastic<8>{.seed = 1},
                                    qsdp::hadamard<qsdp::stochastic<4>>{{.seed = 2}}},
               grads.data(), out.data(), count, qsdp::reduce_op::sum);
         });
-        add("two-level identity | hadamard<stochastic<4>>", [&] {
+        add("two-level identity | hadamard<stochastic<4>>", ratio_of(h4, count), [&] {
           qsdp::reduce_scatter(
               pair,
               qsdp::level_policies{qsdp::identity{},
@@ -227,29 +349,33 @@ int main(int argc, char** argv) {
         }
         std::vector<float> full(count * w);
         const std::size_t plain = rows.size();
-        auto add = [&](const std::string& variant, const std::function<void()>& call) {
+        auto add = [&](const std::string& variant, double ratio,
+                       const std::function<void()>& call) {
+          shown.step("all_gather, " + std::to_string(bytes) + " B per rank: " + variant);
           const double t = time_call(o, call);
-          rows.push_back({"all_gather", variant, bytes, t, rel_l2(full, exact), plain});
+          rows.push_back({"all_gather", variant, bytes, t, rel_l2(full, exact), plain, ratio});
         };
-        add("MPI_Allgather", [&] {
+        const qsdp::random_shift<8> r8{.seed = 1};
+        const qsdp::random_shift<4> r4{.seed = 1};
+        add("MPI_Allgather", 1.0, [&] {
           MPI_Allgather(shard.data(), static_cast<int>(count), MPI_FLOAT, full.data(),
                         static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
         });
-        add("flat random_shift<8>", [&] {
+        add("flat random_shift<8>", ratio_of(r8, count), [&] {
           qsdp::all_gather(flat, qsdp::random_shift<8>{.seed = 1}, shard.data(), full.data(),
                            count);
         });
-        add("flat random_shift<4>", [&] {
+        add("flat random_shift<4>", ratio_of(r4, count), [&] {
           qsdp::all_gather(flat, qsdp::random_shift<4>{.seed = 1}, shard.data(), full.data(),
                            count);
         });
-        add("two-level random_shift<8> | random_shift<8>", [&] {
+        add("two-level random_shift<8> | random_shift<8>", ratio_of(r8, count), [&] {
           qsdp::all_gather(pair,
                            qsdp::level_policies{qsdp::random_shift<8>{.seed = 1},
                                                 qsdp::random_shift<8>{.seed = 2}},
                            shard.data(), full.data(), count);
         });
-        add("two-level identity | random_shift<8>", [&] {
+        add("two-level identity | random_shift<8>", ratio_of(r8, count), [&] {
           qsdp::all_gather(pair,
                            qsdp::level_policies{qsdp::identity{}, qsdp::random_shift<8>{.seed = 2}},
                            shard.data(), full.data(), count);
@@ -260,13 +386,18 @@ int main(int argc, char** argv) {
           const row& r = rows[i];
           const row& base = rows[r.plain];
           const row& flat8 = rows[r.plain + 1];
-          std::printf(
-              "%-15s %10zu  %-50s %10.1f us  %6.2fx vs MPI  %6.2fx vs flat 8-bit  rel. L2 %.3e\n",
-              r.op.c_str(), r.bytes_per_rank, r.variant.c_str(), r.seconds * 1e6,
-              base.seconds / r.seconds, flat8.seconds / r.seconds, r.error);
+          std::printf("  %-14s %14zu  %-50s %10.3f %7.2fx %8.2fx %6.2fx %11.3e\n", r.op.c_str(),
+                      r.bytes_per_rank, r.variant.c_str(), r.seconds * 1e3,
+                      base.seconds / r.seconds, flat8.seconds / r.seconds, r.ratio, r.error);
         }
         std::fflush(stdout);
       }
+    }
+    if (g_rank == 0) {
+      std::printf("#\n");
+      if (o.op != "all_gather") print_verdict(rows, "reduce_scatter");
+      if (o.op != "reduce_scatter") print_verdict(rows, "all_gather");
+      std::fflush(stdout);
     }
     if (g_rank == 0 && !o.json.empty()) {
       std::FILE* f = std::fopen(o.json.c_str(), "w");
