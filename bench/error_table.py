@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The error table of qsdp::hadamard (docs/benchmarks.md): 2, 4 and 8 bits, with and without the
+"""The error table of qsdp::hadamard (docs/benchmarks/codec.md): 2, 4 and 8 bits, with and without the
 rotation, buckets 32 to 2048, as a round trip (an all_gather of gradient-like data) and as a
 reduce-scatter, from qsdp-bench runs on the in-process backend.
 

@@ -10,7 +10,7 @@
 //   accumulate      packet + 2 x fp32 accumulator (read and written)
 //   reduce (world)  world packets + output: reduce-scatter's fused decode of `world` ranks' packets
 // After Google Benchmark's table it prints each median as a fraction of the copy's median
-// bandwidth, next to issue 4's goal (>= 0.90 for bf16 encode, decode and decode-accumulate at 8 and
+// bandwidth, next to the goal (>= 0.90 for bf16 encode, decode and decode-accumulate at 8 and
 // 4 bits).
 //
 //   qsdp_gpu_codec_bench [--bytes=N] [--world=W] [google benchmark flags]
@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include <qsdp/device_codec.hpp>
 #include <qsdp/collectives.hpp>  // reduce_sink: to time reduce-scatter's fused kernel alone
+#include <qsdp/device_codec.hpp>
 
 namespace {
 

@@ -19,6 +19,9 @@ from plot_bench import per_rank_mib, rate_gbps
 
 def main(argv):
     args = argv[1:]
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
     only = None
     if len(args) >= 2 and args[0] == "--per-rank-mib":
         only = float(args[1])

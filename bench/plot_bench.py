@@ -41,6 +41,9 @@ def rate_gbps(link):
 
 
 def main(argv):
+    if any(a in ("-h", "--help") for a in argv[1:]):
+        print(__doc__)
+        return 0
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Markdown tables from qsdp-bench --json files (the tables of docs/benchmarks.md).
+"""Markdown tables from qsdp-bench --json files (the tables of docs/benchmarks/).
 
     python3 bench/table_bench.py [--per-rank-mib 64] results/*.json
 
@@ -17,6 +17,9 @@ from plot_bench import per_rank_mib, rate_gbps
 
 def main(argv):
     args = argv[1:]
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
     per_rank = None
     if len(args) >= 2 and args[0] == "--per-rank-mib":
         per_rank = float(args[1])

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Alpha-beta model of flat and two-level reduce-scatter and all-gather (docs/benchmarks.md, "Two
-levels: the model and a 64 x 8 projection"). Predicts, not measures.
+"""Alpha-beta model of flat and two-level reduce-scatter and all-gather (docs/benchmarks/two-level.md,
+"The model at 64 nodes x 8 GPUs"). Predicts, not measures.
 
 Each GPU has two links: NVLink to the GPUs of its node and a NIC of its own to other nodes (rail-
 optimised). An exchange costs each link (messages x latency + bytes / bandwidth) and the two links
 run at once (time = the slower). The codec costs (bytes read + written) / codec rate, not overlapped
-with the wire (as qsdp runs today). A flat collective sends each peer its chunk: node_size - 1
+with the wire (as qsdp runs them). A flat collective sends each peer its chunk: node_size - 1
 chunks over NVLink, world - node_size over the NIC. The two-level ones as collectives.hpp
 describes: reduce_scatter within the node (node_size - 1 messages of nodes chunks), then across
 (nodes - 1 messages of one chunk); all_gather across first, then within. "plain" is the two-level

@@ -2,8 +2,10 @@
 # Configure, build and run the whole qsdp test suite.
 #
 #   scripts/test.sh            # preset "release" (build/release)
-#   CI=true scripts/test.sh    # the format check (scripts/format.sh --check), preset "ci"
-#                              # (build/ci, warnings are errors, sm_90 only), the SASS
+#   CI=true scripts/test.sh    # the format check (scripts/format.sh --check), the include-graph
+#                              # and docs checks (scripts/check_layers.py, scripts/check_docs.sh),
+#                              # the API reference (--target docs, Doxygen warnings are errors),
+#                              # preset "ci" (build/ci, warnings are errors, sm_90 only), the SASS
 #                              # instruction report (bench/gpu/sass_report.py), then
 #                              # the sanitizer builds (scripts/sanitize.sh) and a 30-s fuzz run
 #                              # (scripts/fuzz.sh, with the fuzzer the asan build made)
@@ -23,7 +25,7 @@ source scripts/lib/packages.sh
 # shellcheck source=scripts/lib/stage.sh
 source scripts/lib/stage.sh
 ensure_packages cmake:cmake g++:g++ make:make python3:python3 doctest-dev:/usr/include/doctest/doctest.h \
-  libbenchmark-dev libopenmpi-dev openmpi-bin clang:clang++ libclang-rt-dev
+  libbenchmark-dev libopenmpi-dev openmpi-bin clang:clang++ libclang-rt-dev doxygen:doxygen
 
 # CUDA toolkit headers (optional): enables the __half / __nv_bfloat16 support.
 if [[ -d /usr/local/cuda/bin ]]; then
@@ -50,8 +52,17 @@ fi
 if [[ "${preset}" == ci ]]; then
   # The tree is clang-formatted (.clang-format); a change that is not fails here, in seconds.
   stage format bash scripts/format.sh --check
+  # No include or import cycles, no detail/ header reaching back up (CONTRIBUTING.md).
+  stage layers python3 scripts/check_layers.py
+  # What users read: no development-log words, page sizes, the README's example, links.
+  stage docs-text bash scripts/check_docs.sh
 fi
 stage configure cmake --preset "${preset}"
+if [[ "${preset}" == ci ]]; then
+  # The API reference (Doxygen) from the public headers, warnings as errors: an undocumented
+  # public entity fails here.
+  stage api-docs cmake --build --preset "${preset}" --target docs
+fi
 stage build cmake --build --preset "${preset}" -j "$(nproc)"
 stage test ctest --preset "${preset}"
 if ((python_tests)); then
@@ -65,7 +76,7 @@ if ((python_tests)); then
   bash scripts/python_tests.sh test
 fi
 if [[ "${preset}" == ci ]]; then
-  # The device kernels' instruction budget, read from their sm_90 machine code (docs/cuda.md): a
+  # The device kernels' instruction budget, from their sm_90 code (docs/benchmarks/gpu.md): a
   # kernel that misses it fails CI.
   if command -v nvcc >/dev/null; then
     stage sass python3 bench/gpu/sass_report.py --work build/ci/sass

@@ -13,7 +13,7 @@ namespace {
 std::size_t up16(std::size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
-TEST_CASE("compressed_size follows docs/wire-format.md") {
+TEST_CASE("compressed_size follows docs/reference/wire-format.md") {
   // header 32 | metadata buckets*meta | flags ceil(buckets/8) | codes ceil(count*bits/8), each
   // 16-aligned
   auto expected = [](std::size_t count, std::size_t bucket, std::size_t meta, std::size_t bits) {
@@ -38,7 +38,7 @@ TEST_CASE("compressed_size follows docs/wire-format.md") {
         doctest::Approx(8.0625 + 1.0 / 1024).epsilon(1e-4));  // + 1 flag bit/bucket
 }
 
-TEST_CASE("the header carries what docs/wire-format.md says") {
+TEST_CASE("the header carries what docs/reference/wire-format.md says") {
   const std::vector<float> x = make_data(distribution::normal, 3000, 1);
   qsdp::stochastic<5> q{.bucket_size = 256, .seed = 3};
   std::vector<std::byte> p(qsdp::compressed_size<float>(q, x.size()));

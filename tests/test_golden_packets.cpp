@@ -5,7 +5,7 @@
 // not change a single byte of what goes on the wire (peers running another build would then
 // disagree); a deliberate change of the format bumps the packet version and regenerates the file:
 //
-//   QSDP_WRITE_GOLDEN=tests/golden/packets.txt build/release/tests/qsdp_tests -tc='golden*'
+//   QSDP_WRITE_GOLDEN=tests/golden/packets.txt build/release/tests/qsdp_tests_codec -tc='golden*'
 //
 // The inputs are made from integer hashes, not <random>'s distributions (whose output differs
 // between standard libraries), and cover mixed scales, negative zero, a bucket of equal values, a

@@ -71,7 +71,7 @@ TEST_CASE("codes of every width 1..8 pack densely LSB-first and unpack from any 
   check_width<8>();
 }
 
-TEST_CASE("packing layout example from docs/wire-format.md") {
+TEST_CASE("packing layout example from docs/reference/wire-format.md") {
   // Three 3-bit codes 5, 3, 7: bits 101 | 011<<3 | 111<<6 -> 0b11'011'101 = 0xDD, then 0b1 -> 0x01.
   const std::vector<std::uint8_t> codes = {5, 3, 7};
   const auto packed = reference_pack(codes, 3);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The pipelined collectives (call_options::max_pieces) over the in-process communicator, whose
 // started exchanges run only when waited for: pieces planned as documented, each piece's packets
-// the codec's own at the documented call index and stream (docs/wire-format.md, "Pieces"), results
+// the codec's own at the documented call index and stream (docs/reference/wire-format.md), results
 // bit-identical across ranks, the option agreed on like the rest of the call.
 #include <doctest/doctest.h>
 

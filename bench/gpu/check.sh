@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 4/5, in one call on a machine with an NVIDIA GPU (bench/gpu/README.md):
+# The GPU check, in one call on a machine with an NVIDIA GPU (bench/gpu/README.md):
 #   1. configure and build the CUDA targets for sm_90 (Release, Ninja when present);
 #   2. run every GPU test (ctest -L gpu): device packets byte-identical to the host codec's, all
 #      collectives through the one-GPU multi-rank communicator, one NCCL rank, bad input;

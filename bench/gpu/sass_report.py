@@ -10,7 +10,7 @@ instructions per value by class, and the issue-bound ceiling
 
     ceiling = (128 / i) * b / 16.45
 
-as a fraction of device-copy bandwidth: an H200 SM issues 4 warp-instructions (128 thread
+as a fraction of device-copy bandwidth: an H200 SM dispatches 4 warp-instructions (128 thread
 instructions) per clock, and a device-to-device copy moves ~4.3 TB/s (read + write) over 132 SMs at
 1.98 GHz = 16.45 B per clock per SM; `i` is thread instructions per value and `b` the bytes a value
 moves through memory (read + write). A kernel cannot run faster than its ceiling whatever the memory
@@ -31,9 +31,9 @@ packet loop once per packet (the fused reduce-scatter decode is reported for 2, 
 metadata kernel's lane loop (bucket / 32) / (values it loads per pass) times. Any other inner loop in
 the steady-state loop may run any number of times, or be skipped by the counted path: such a kernel
 is marked `*`, its figure is a lower bound, and it is not within budget. Predicated instructions
-count as issued. Known undercount: a store that only some lanes make byte by byte (today's lane-0
+count as issued. Known undercount: a store that only some lanes make byte by byte (the lane-0
 metadata stores) is not on the path. `--explain` prints the counted path instruction by
-instruction; docs/cuda.md compares one kernel counted by hand with this count.
+instruction; docs/benchmarks/gpu.md compares one kernel counted by hand with this count.
 
     python3 bench/gpu/sass_report.py                 # build (cached in build/sass), report
     python3 bench/gpu/sass_report.py --report-only   # exit 0 even when kernels miss the budget
@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ISSUE_PER_CLOCK = 128.0  # thread instructions per clock per SM (4 schedulers x 32 lanes)
 COPY_BYTES_PER_CLOCK = 16.45  # device copy, read + write, per clock per SM
 
-# ---- the budget (issue 16) ----------------------------------------------------------------------
+# ---- the budget ---------------------------------------------------------------------------------
 # Minimum ceilings at 8 and 4 bits; 2-bit kernels must reach 80 % of them. Every hot kernel also
 # needs a zero stack frame and no spills.
 BUDGET = {
@@ -311,9 +311,9 @@ def build(kernels: list[Kernel], work: Path, nvcc: Path, jobs: int) -> list[tupl
         stamp.write_text(digest)
         return cubin, log.read_text()
 
-    todo = sum(1 for u in units if not u[-1])
-    if todo:
-        print(f"sass_report: compiling {todo} translation unit(s) for sm_90 with {nvcc} "
+    to_compile = sum(1 for u in units if not u[-1])
+    if to_compile:
+        print(f"sass_report: compiling {to_compile} translation unit(s) for sm_90 with {nvcc} "
               f"({jobs} at a time)...", flush=True)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(compile_unit, units))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shaped-network sweep of docs/benchmarks.md: 4 ranks (one per network namespace, bench/net/run.sh),
+# The shaped-network sweep of docs/benchmarks/collectives.md: 4 ranks (one per network namespace, bench/net/run.sh),
 # links of 1 and 10 Gbit/s, all_gather (random_shift, weight-like data) and reduce_scatter (stochastic,
 # gradient-like data) of fp32 and bf16 at 8, 4 and 2 bits, 1 to 256 MiB per rank, each against plain MPI
 # on the same links; plus qsdp::identity reduce_scatter (the uncompressed all-to-all qsdp itself runs)
@@ -66,7 +66,7 @@ one() {  # name, qsdp-bench arguments...
   echo "sweep: ${name} ..." >&2
   "${here}/run.sh" --ranks 4 --rate "${rate}" --bench "${bench}" -- "$@" "${common[@]}" \
     --json "${out}/${name}.json" | tee "${out}/${name}.txt"
-  echo "sweep: ${name} done in $(( $(date +%s) - t0 )) s (sweep so far $(( $(date +%s) - started )) s)" >&2
+  echo "sweep: ${name} done in $(( $(date +%s) - t0 )) s (sweep total $(( $(date +%s) - started )) s)" >&2
 }
 for rate in ${rates}; do
   for dtype in ${dtypes}; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The convergence table of docs/convergence.md: the same model, data order and seed trained with ten
+# The table of docs/benchmarks/convergence.md: the same model, data order and seed trained with ten
 # weight/gradient quantizer settings on 4 in-process ranks; one CSV of losses per run, the table (markdown)
 # on stdout and a PNG of the loss curves (matplotlib) next to the CSVs.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The table of docs/convergence.md's FSDP2 section: examples/torch_fsdp2/train.py under torchrun on 4
+# The FSDP2 table of docs/benchmarks/convergence.md: examples/torch_fsdp2/train.py under torchrun on 4
 # CPU processes, once per run (fp32, w8g8, w4g4, w4g4d), the same model, weights and data order; one
 # CSV of losses per run, the table (markdown) on stdout and a PNG of the curves (matplotlib, where
 # installed) next to the CSVs.

@@ -511,8 +511,8 @@ class DeltaGather:
         for name, t in (("input", input), ("output", output)):
             if t.is_cuda:
                 raise Error(f"{where}: {name} is on {t.device}; qsdp.torch.DeltaGather takes CPU "
-                            "tensors (the C++ library's device delta_gather is not in qsdp.torch "
-                            "yet)")
+                            "tensors (the device delta_gather is in the C++ library only: "
+                            "qsdp::delta_gather with a stream)")
             if t.dtype != self.dtype:
                 raise TypeError(f"{where}: {name} has dtype {t.dtype}; this DeltaGather was made "
                                 f"for {self.dtype}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The size-gate sweeps of docs/benchmarks.md ("The size gate"): for each link, op, dtype and size
+"""The size-gate sweeps of docs/benchmarks/small-messages.md: for each link, op, dtype and size
 per rank, the median over the runs of qsdp's speedup over plain MPI with the gate off (gate0-runK,
 --gate 0: every size compressed, as before the gate) and with the default gate (default-runK), and
 the median times. Usage: python3 summarize.py (in this folder)."""

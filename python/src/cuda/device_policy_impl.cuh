@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // qsdp::python::device_policy for one concrete qsdp policy type: the device codec and collectives
-// of qsdp/device_codec.hpp and qsdp/collectives.hpp (nvcc). python/src/cuda/device_policies_<family>.cu
-// instantiate it through families.hpp's make_family, one family per file.
+// of qsdp/device_codec.hpp and qsdp/collectives.hpp (nvcc).
+// python/src/cuda/device_policies_<family>.cu instantiate it through families.hpp's make_family,
+// one family per file.
 #pragma once
 
-#include <qsdp/device_codec.hpp>
 #include <qsdp/collectives.hpp>
+#include <qsdp/device_codec.hpp>
 
 #include <string>
 #include <utility>
