@@ -450,11 +450,13 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q, const std
     out.plain_busbw = algbw_plain * factor;
     const std::size_t packet_count =
         o.op == op_kind::all_reduce ? (count + world - 1) / world : count;
-    // delta_gather sends float differences, in the library's default pieces.
-    out.wire = o.op == op_kind::delta_gather
-                   ? wire_bytes<float>(q, packet_count, qsdp::default_max_pieces)
-                   : wire_bytes<T>(q, packet_count, o.max_pieces);
-    out.plain_wire = packet_count * sizeof(T);
+    // all_reduce is a reduce_scatter and an all_gather: one packet of count / world values to each
+    // peer in each. delta_gather sends float differences, in the library's default pieces.
+    const std::size_t phases = o.op == op_kind::all_reduce ? 2 : 1;
+    out.wire = phases * (o.op == op_kind::delta_gather
+                             ? wire_bytes<float>(q, packet_count, qsdp::default_max_pieces)
+                             : wire_bytes<T>(q, packet_count, o.max_pieces));
+    out.plain_wire = phases * packet_count * sizeof(T);
     out.gated = below_gate<T>(o, count);
     // Gated: each peer gets a call descriptor and the values as they are (all_reduce: the buffer).
     if (out.gated) out.wire = sizeof(qsdp::detail::call_descriptor) + count * sizeof(T);
