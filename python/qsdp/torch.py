@@ -33,6 +33,7 @@ values into NaN and is raised by the next qsdp call on that device, or by qt.syn
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import numbers
 import weakref
@@ -59,6 +60,32 @@ _ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _OP_CODES = {"sum": 1, "avg": 2}
 
 
+class _Released:
+    """What a qsdp.torch object holds instead of its native one after interpreter exit began."""
+
+    def __getattr__(self, name):
+        raise Error("qsdp.torch: called during interpreter shutdown, after qsdp released its "
+                    "native objects (make qsdp calls before the program exits, not from atexit "
+                    "handlers registered before qsdp.torch was imported)")
+
+
+_RELEASED = _Released()
+
+# The Python objects that own native (_ext) objects: policies and DeltaGathers. Objects still
+# referenced when the interpreter exits (an FSDP2 model in a global, whose hooks hold policies)
+# would otherwise outlive the extension module's teardown, which nanobind reports as leaks.
+_native_owners: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@atexit.register
+def _release_native_objects() -> None:
+    """Drops every communicator and every native object of a live policy or DeltaGather, while
+    the interpreter is still whole (atexit runs before module teardown)."""
+    _communicators.clear()
+    for owner in list(_native_owners):
+        owner._release()
+
+
 class Policy:
     """A qsdp quantizer policy (made by qt.stochastic, qt.uniform, ...; not constructed directly)."""
 
@@ -71,6 +98,10 @@ class Policy:
         self.rotated = rotated
         self._impl = _ext.make_policy(family, bits or 0, bucket_size or 0, seed, rotated)
         self._device_impl = None  # made by the first call on CUDA tensors
+        _native_owners.add(self)
+
+    def _release(self) -> None:
+        self._impl = self._device_impl = _RELEASED
 
     def _device(self, cuda):
         if self._device_impl is None:
@@ -486,6 +517,10 @@ class DeltaGather:
         self._comm = _communicator(group, where)
         self._impl = _ext.DeltaGather(_element_code(dtype, "dtype", where), self.count,
                                       self._comm.size)
+        _native_owners.add(self)
+
+    def _release(self) -> None:
+        self._impl = self._comm = _RELEASED
 
     @property
     def calls(self) -> int:
