@@ -48,7 +48,9 @@ namespace qsdp {
 // or every rank throws qsdp::error naming the first difference.
 
 /// Compressed all-gather (like ncclAllGather): every rank contributes `count` values of `send`;
-/// `recv` receives count * comm.size() values, rank r's at offset r * count.
+/// `recv` receives count * comm.size() values, rank r's at offset r * count. In place as NCCL's:
+/// `send` may be `recv + comm.rank() * count` (the result is the out-of-place call's, byte for
+/// byte); other overlaps of send and recv are not allowed.
 /// @param comm this rank's communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send this rank's count values
@@ -67,7 +69,8 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 
 /// Compressed reduce-scatter (like ncclReduceScatter): `send` holds count * comm.size() values;
 /// rank r receives in `recv` the sum (or average) over ranks of chunk r, `count` values. Each value
-/// is quantized once and summed in fp32.
+/// is quantized once and summed in fp32. In place as NCCL's: `recv` may be
+/// `send + comm.rank() * count` (the out-of-place call's bytes); other overlaps are not allowed.
 /// @param comm this rank's communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send count * comm.size() values, chunk r for rank r
@@ -269,7 +272,11 @@ void all_reduce(two_level<Node, Cross>& comm, const level_policies<Inside, Acros
 // host (docs/reference/cuda-collectives.md). A bad packet from a peer decodes to NaN and is
 // reported by the next call.
 
-/// Compressed all-gather of device buffers, ordered on `stream` (like ncclAllGather).
+/// Compressed all-gather of device buffers, ordered on `stream` (like ncclAllGather), in place
+/// as the host overload. Not inside an ncclGroupStart()/ncclGroupEnd() of the caller's: the call
+/// enqueues its kernels at once, and the first call of a signature waits on the host for an
+/// exchange NCCL would defer to ncclGroupEnd (it then fails with qsdp::timeout_error after the
+/// communicator's timeout, saying so; NCCL offers no way to detect an open group).
 /// @param comm this rank's device communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send this rank's count values in device memory
@@ -284,7 +291,8 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
                 cudaStream_t stream, call_options options = {});
 
 /// Compressed reduce-scatter of device buffers, ordered on `stream` (like ncclReduceScatter): each
-/// value quantized once, summed in fp32 by one fused kernel.
+/// value quantized once, summed in fp32 by one fused kernel. In place as the host overload; not
+/// inside the caller's NCCL group (see the device all_gather).
 /// @param comm this rank's device communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send count * comm.size() values in device memory, chunk r for rank r
@@ -300,7 +308,8 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
                     cudaStream_t stream, call_options options = {});
 
 /// Compressed all-reduce in place on device buffers: reduce_scatter, then all_gather of the reduced
-/// shards (the last padded with zeros), so every rank ends bit-identical.
+/// shards (the last padded with zeros), so every rank ends bit-identical. Not inside the caller's
+/// NCCL group (see the device all_gather).
 /// @param comm this rank's device communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param data count values in device memory, replaced by the reduced values

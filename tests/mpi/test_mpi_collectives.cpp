@@ -19,6 +19,7 @@
 #include <qsdp/collectives.hpp>
 #include <qsdp/mpi.hpp>
 
+#include "in_place_checks.hpp"
 #include "mpi_check.hpp"
 
 namespace {
@@ -213,6 +214,23 @@ int main(int argc, char** argv) {
       check(in[0] == static_cast<float>(g_world), "gated collective after a mismatch");
     }
   }
+  // NCCL's in-place conventions (tests/support/in_place_checks.hpp): each sequence on a fresh
+  // communicator, so that both draw their random numbers at the same call indices.
+  qsdp_test::for_each_in_place_check(
+      [&]<class Q, class T>(const Q& q, const qsdp_test::in_place_case& c, const char* name, T) {
+        if (c.count == 0 && sizeof(T) != sizeof(float)) return;  // megabytes per rank: once
+        std::vector<unsigned char> apart, together;
+        {
+          qsdp::mpi_communicator fresh(MPI_COMM_WORLD);
+          apart = qsdp_test::in_place_sequence<qsdp::mpi_communicator, Q, T>(fresh, q, c, false);
+        }
+        {
+          qsdp::mpi_communicator fresh(MPI_COMM_WORLD);
+          together = qsdp_test::in_place_sequence<qsdp::mpi_communicator, Q, T>(fresh, q, c, true);
+        }
+        check(apart == together,
+              "in place = out of place: " + qsdp_test::in_place_label<T>(name, c));
+      });
   const int status = qsdp_mpi_test::report(MPI_COMM_WORLD);
   MPI_Finalize();
   return status;

@@ -89,7 +89,17 @@ void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, cud
   if (state.agreed.contains(&mine)) return;
   refuse_first_call_in_capture(stream, where);
   std::vector<std::byte> all(static_cast<std::size_t>(comm.size()) * sizeof mine);
-  gather_to_host(comm, &mine, sizeof mine, scratch, all.data(), stream, where);
+  try {
+    gather_to_host(comm, &mine, sizeof mine, scratch, all.data(), stream, where);
+  } catch (const qsdp::timeout_error& e) {
+    // NCCL offers no way to ask whether the caller has a group open: say what the likely cause is.
+    throw qsdp::timeout_error(std::string(e.what()) +
+                              " (the first call of each signature waits on the host for the ranks' "
+                              "descriptors; over NCCL, a call made inside the caller's "
+                              "ncclGroupStart/ncclGroupEnd ends here: NCCL defers the exchange "
+                              "to ncclGroupEnd, which the caller cannot reach while the call "
+                              "waits. Call qsdp's collectives outside NCCL groups)");
+  }
   check_descriptors(all.data(), comm.size(), where);
   state.agreed.remember(&mine);
 }
