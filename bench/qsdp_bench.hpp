@@ -25,6 +25,7 @@
 #include <qsdp/quantizers.hpp>
 
 #include "codec_instances.hpp"  // the codec's loops, compiled once (tests/support)
+#include "console.hpp"          // progress lines, percentages (examples/)
 
 namespace qsdp_bench {
 
@@ -377,26 +378,6 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// Progress lines on stderr, "[3/7] all_gather stochastic<8>, 4194304 B", once a run has taken
-/// more than a few seconds (short runs stay quiet). stdout is flushed first, so that a progress
-/// line never lands inside a line of the table.
-class progress {
- public:
-  progress(std::size_t steps, bool enabled) : steps_(steps), enabled_(enabled) {}
-  void step(const std::string& what) {
-    ++done_;
-    if (!enabled_ || std::chrono::steady_clock::now() - start_ < std::chrono::seconds(2)) return;
-    std::fflush(stdout);
-    std::fprintf(stderr, "[%zu/%zu] %s\n", done_, steps_, what.c_str());
-    std::fflush(stderr);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::size_t done_ = 0, steps_;
-  bool enabled_;
-};
-
 /// The sizes of the sweep, -b to -e by -f, in bytes.
 inline std::vector<std::size_t> sweep_sizes(const options& o) {
   std::vector<std::size_t> sizes;
@@ -420,7 +401,7 @@ std::vector<row> run_sweep(runner<T>& r, const options& o, const Q& q, const std
   const std::size_t world = static_cast<std::size_t>(r.world);
   std::vector<row> rows;
   const std::vector<std::size_t> sizes = sweep_sizes(o);
-  progress shown(sizes.size(), r.rank == 0);
+  console::progress shown(sizes.size(), r.rank == 0);
   for (const std::size_t bytes : sizes) {
     shown.step(std::string(op_name(o.op)) + " " + policy + ", " + std::to_string(bytes) + " B");
     row out;
@@ -598,13 +579,6 @@ inline void print_legend(const options& o, const std::vector<row>& rows) {
         "network.\n");
 }
 
-/// "0.41 %" of a relative error.
-inline std::string percent_text(double rel) {
-  char text[32];
-  std::snprintf(text, sizeof text, rel * 100 >= 10 ? "%.0f %%" : "%.2g %%", rel * 100);
-  return text;
-}
-
 /// One line from the rows: the bytes saved and the error at the largest compressed size, and
 /// where the compressed exchange beats the plain one.
 inline std::string verdict(const options& o, const std::string& policy,
@@ -627,7 +601,7 @@ inline std::string verdict(const options& o, const std::string& policy,
     text += part;
     if (std::isfinite(last->rel_l2))
       text += last->rel_l2 == 0 ? " with no error"
-                                : " at " + percent_text(last->rel_l2) + " rel. L2 error";
+                                : " at " + console::percent_text(last->rel_l2) + " rel. L2 error";
     text += " (" + std::to_string(last->size) + " B" +
             (std::isfinite(last->rel_l2) ? ", worst rank)" : ")");
   }

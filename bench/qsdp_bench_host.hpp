@@ -217,7 +217,7 @@ std::vector<row> model_sweep(const options& o, const Q& q, const std::string& po
   auto net = [&](double bytes) { return static_cast<double>(n - 1) * (alpha + bytes / beta); };
   std::vector<row> rows;
   const std::vector<std::size_t> sizes = sweep_sizes(o);
-  progress shown(sizes.size(), true);
+  console::progress shown(sizes.size());
   for (const std::size_t bytes : sizes) {
     shown.step(std::string("model of ") + op_name(o.op) + " " + policy + ", " +
                std::to_string(bytes) + " B");

@@ -38,6 +38,7 @@
 #include <qsdp/mpi.hpp>
 
 #include "codec_instances.hpp"  // the codec's loops, compiled once (tests/support)
+#include "console.hpp"          // progress lines, percentages (examples/)
 
 namespace {
 
@@ -179,32 +180,6 @@ double ratio_of(const Q& q, std::size_t count) {
          static_cast<double>(qsdp::compressed_size<float>(q, count));
 }
 
-/// Progress lines on rank 0's stderr, "[3/22] reduce_scatter, 4194304 B per rank: ...", once the
-/// run has taken more than a few seconds; stdout is flushed first, so that they never land inside a
-/// line of the table.
-class progress {
- public:
-  explicit progress(std::size_t steps) : steps_(steps) {}
-  void step(const std::string& what) {
-    ++done_;
-    if (g_rank != 0 || std::chrono::steady_clock::now() - start_ < std::chrono::seconds(2)) return;
-    std::fflush(stdout);
-    std::fprintf(stderr, "[%zu/%zu] %s\n", done_, steps_, what.c_str());
-    std::fflush(stderr);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::size_t done_ = 0, steps_;
-};
-
-/// "1.2 %" of a relative error.
-std::string percent_text(double rel) {
-  char text[32];
-  std::snprintf(text, sizeof text, rel * 100 >= 10 ? "%.0f %%" : "%.2g %%", rel * 100);
-  return text;
-}
-
 /// One line for one operation at the largest size: the fastest variant whose error is at most twice
 /// flat 8-bit qsdp's (a faster call that is much less accurate is no win), against plain MPI and
 /// flat 8-bit qsdp, and its error; then the fastest at any error, where that is another.
@@ -230,7 +205,7 @@ void print_verdict(const std::vector<row>& rows, const std::string& op) {
     if (fastest != best)
       std::printf("; fastest at any error: %s, %.2fx faster than %s, at %s rel. L2 error",
                   rows[fastest].variant.c_str(), plain.seconds / rows[fastest].seconds,
-                  plain.variant.c_str(), percent_text(rows[fastest].error).c_str());
+                  plain.variant.c_str(), console::percent_text(rows[fastest].error).c_str());
     std::printf("\n");
   };
   std::printf("# verdict, %s at %zu B per rank: ", op.c_str(), b.bytes_per_rank);
@@ -251,7 +226,7 @@ void print_verdict(const std::vector<row>& rows, const std::string& op) {
   if (best != first + 1)
     std::printf(" and %.2fx faster than %s", flat8.seconds / b.seconds, flat8.variant.c_str());
   std::printf(", sending %.2fx fewer bytes across nodes, at %s rel. L2 error", b.ratio,
-              percent_text(b.error).c_str());
+              console::percent_text(b.error).c_str());
   print_fastest();
 }
 
@@ -279,8 +254,8 @@ int main(int argc, char** argv) {
     for (double size = static_cast<double>(o.min_bytes);
          size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor)
       sizes.push_back(size);
-    progress shown(sizes.size() *
-                   ((o.op != "all_gather" ? 6 : 0) + (o.op != "reduce_scatter" ? 5 : 0)));
+    console::progress shown(sizes.size() *
+                            ((o.op != "all_gather" ? 6 : 0) + (o.op != "reduce_scatter" ? 5 : 0)));
     if (g_rank == 0) {
       std::printf(
           "# qsdp-bench-two-level: %d ranks in nodes of %d, fp32 values, bucket 1024\n"

@@ -20,6 +20,7 @@
 
 #include <qsdp/codec.hpp>
 
+#include "console.hpp"
 #include "demo_main.hpp"
 
 namespace {
@@ -114,31 +115,6 @@ std::string display_name() {
   }
 }
 
-/// Progress lines on stderr, "[3/15] stochastic<8>", once the run has taken more than a few
-/// seconds; stdout is flushed first, so that they never land inside a line of the table.
-class progress {
- public:
-  explicit progress(std::size_t steps) : steps_(steps) {}
-  void step(const std::string& what) {
-    ++done_;
-    if (std::chrono::steady_clock::now() - start_ < std::chrono::seconds(2)) return;
-    std::fflush(stdout);
-    std::fprintf(stderr, "[%zu/%zu] %s\n", done_, steps_, what.c_str());
-    std::fflush(stderr);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::size_t done_ = 0, steps_;
-};
-
-/// "0.41 %" of a relative error.
-std::string percent(double rel) {
-  char text[32];
-  std::snprintf(text, sizeof text, rel * 100 >= 10 ? "%.0f %%" : "%.2g %%", rel * 100);
-  return text;
-}
-
 /// One row of the table.
 struct result {
   std::string policy;
@@ -155,7 +131,7 @@ void run(const options& o) {
               o.size, o.dtype.c_str(), o.size * sizeof(T) / 1048576.0, o.data.c_str(), o.bucket,
               qsdp::host_codec_isa());
   const bool rotated = std::has_single_bit(o.bucket) && o.bucket >= 16 && o.bucket <= 4096;
-  progress shown(rotated ? 16 : 13);
+  console::progress shown(rotated ? 16 : 13);
   shown.step("input and memcpy");
   std::mt19937 rng(2023);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -256,14 +232,15 @@ void run(const options& o) {
     std::printf(
         "%s sends %.2fx fewer bytes than %s at %s rel. L2 error (the fewest bytes within "
         "%s)",
-        fewest->policy.c_str(), fewest->ratio, o.dtype.c_str(), percent(fewest->rel_l2).c_str(),
-        percent(verdict_error).c_str());
+        fewest->policy.c_str(), fewest->ratio, o.dtype.c_str(),
+        console::percent_text(fewest->rel_l2).c_str(),
+        console::percent_text(verdict_error).c_str());
   else
     std::printf(
         "no policy stays within %s rel. L2 error on this data; the most accurate, %s, "
         "sends %.2fx fewer bytes than %s at %s",
-        percent(verdict_error).c_str(), accurate->policy.c_str(), accurate->ratio, o.dtype.c_str(),
-        percent(accurate->rel_l2).c_str());
+        console::percent_text(verdict_error).c_str(), accurate->policy.c_str(), accurate->ratio,
+        o.dtype.c_str(), console::percent_text(accurate->rel_l2).c_str());
   std::printf("; fastest encoder: %s, %.2f GB/s (%.2fx memcpy)\n", fastest->policy.c_str(),
               fastest->encode_gbs, fastest->encode_gbs / memcpy_gbs);
 }

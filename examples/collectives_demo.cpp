@@ -19,6 +19,7 @@
 
 #include <qsdp/collectives.hpp>
 
+#include "console.hpp"
 #include "demo_main.hpp"
 
 namespace {
@@ -155,31 +156,6 @@ row run_one(const options& o, const Q& q, const std::string& name, bool reduce,
   return r;
 }
 
-/// Progress lines on stderr, "[3/18] all_gather stochastic<8>", once the run has taken more than a
-/// few seconds; stdout is flushed first, so that they never land inside a line of the tables.
-class progress {
- public:
-  explicit progress(std::size_t steps) : steps_(steps) {}
-  void step(const std::string& what) {
-    ++done_;
-    if (std::chrono::steady_clock::now() - start_ < std::chrono::seconds(2)) return;
-    std::fflush(stdout);
-    std::fprintf(stderr, "[%zu/%zu] %s\n", done_, steps_, what.c_str());
-    std::fflush(stderr);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::size_t done_ = 0, steps_;
-};
-
-/// "0.41 %" of a relative error.
-std::string percent(double rel) {
-  char text[32];
-  std::snprintf(text, sizeof text, rel * 100 >= 10 ? "%.0f %%" : "%.2g %%", rel * 100);
-  return text;
-}
-
 /// The error the verdict allows: the policy with the fewest bytes within it is named first.
 constexpr double verdict_error = 0.01;
 
@@ -201,14 +177,14 @@ void print_verdict(const char* collective, const char* dtype, const std::vector<
     std::printf(
         "%s sends %.2fx fewer bytes than uncompressed %s at %s rel. L2 error (the fewest "
         "bytes within %s)",
-        fewest->policy.c_str(), fewest->ratio, dtype, percent(fewest->rel_l2).c_str(),
-        percent(verdict_error).c_str());
+        fewest->policy.c_str(), fewest->ratio, dtype, console::percent_text(fewest->rel_l2).c_str(),
+        console::percent_text(verdict_error).c_str());
   else
     std::printf(
         "no policy stays within %s rel. L2 error; the most accurate, %s, sends %.2fx fewer "
         "bytes than uncompressed %s at %s",
-        percent(verdict_error).c_str(), accurate->policy.c_str(), accurate->ratio, dtype,
-        percent(accurate->rel_l2).c_str());
+        console::percent_text(verdict_error).c_str(), accurate->policy.c_str(), accurate->ratio,
+        dtype, console::percent_text(accurate->rel_l2).c_str());
   std::printf("; fastest compressed policy: %s, %.3f ms (%.2fx the uncompressed time)\n",
               fastest->policy.c_str(), 1e3 * fastest->seconds, fastest->seconds / plain.seconds);
 }
@@ -221,7 +197,7 @@ void run(const options& o) {
       "rank (%.2f MiB),\nbucket 1024, time: median of %d call%s\n",
       o.ranks, o.size, o.dtype.c_str(), o.size * sizeof(T) / 1048576.0, o.repeats,
       o.repeats == 1 ? "" : "s");
-  progress shown(18);
+  console::progress shown(18);
   std::vector<std::vector<row>> tables;
   for (bool reduce : {false, true}) {
     const char* collective = reduce ? "reduce_scatter" : "all_gather";
