@@ -34,8 +34,11 @@ values into NaN and is raised by the next qsdp call on that device, or by qt.syn
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import numbers
+import sys
+import time
 import weakref
 
 import torch
@@ -79,8 +82,10 @@ _native_owners: "weakref.WeakSet" = weakref.WeakSet()
 
 @atexit.register
 def _release_native_objects() -> None:
-    """Drops every communicator and every native object of a live policy or DeltaGather, while
-    the interpreter is still whole (atexit runs before module teardown)."""
+    """Lets the torch collectives' workers finish with qsdp's buffers, then drops every
+    communicator and every native object of a live policy or DeltaGather, while the interpreter is
+    still whole (atexit runs before module teardown)."""
+    _await_torch_workers()
     _communicators.clear()
     for owner in list(_native_owners):
         owner._release()
@@ -331,6 +336,26 @@ def decode(policy: Policy, packet: torch.Tensor, out: torch.Tensor) -> torch.Ten
 # after its backend, which aborts the process.
 _communicators: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
+# The byte views handed to the latest torch collectives. While a backend's worker thread holds a
+# torch reference to a tensor that Python also sees, that tensor holds a reference to its Python
+# object, and the worker takes the GIL to drop it. A gloo worker lets go of a finished collective
+# just after wait() returns: when a qsdp collective ends a program, that can fall into the
+# interpreter's finalization, where a thread taking the GIL is ended, and the process aborts
+# ("terminate called without an active exception"). So the views are kept, and at exit the main
+# thread gives up the GIL until no worker holds them.
+_recent_views: "collections.deque" = collections.deque(maxlen=32)
+
+
+def _await_torch_workers(timeout: float = 0.5) -> None:
+    """Waits, the GIL released, until the torch collectives' workers have let go of the latest
+    byte views (microseconds where they have work to finish; bounded by `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while _recent_views:
+        view = _recent_views.popleft()
+        # Referenced by `view` and by getrefcount's argument; any more is a worker's.
+        while sys.getrefcount(view) > 2 and time.monotonic() < deadline:
+            time.sleep(0.0002)
+
 
 def _communicator(group, where: str, t=None):
     """The qsdp communicator of `group` for tensors like `t`: the host one, or for a CUDA tensor
@@ -355,9 +380,11 @@ def _communicator(group, where: str, t=None):
             return g
 
         def all_gather(send, recv):
+            _recent_views.extend((send, recv))
             dist.all_gather_into_tensor(recv, send, group=live())
 
         def all_to_all(send, recv):
+            _recent_views.extend((send, recv))
             dist.all_to_all_single(recv, send, group=live())
 
         rank, size = dist.get_rank(group), dist.get_world_size(group)
