@@ -50,7 +50,8 @@ namespace qsdp {
 /// Compressed all-gather (like ncclAllGather): every rank contributes `count` values of `send`;
 /// `recv` receives count * comm.size() values, rank r's at offset r * count. In place as NCCL's:
 /// `send` may be `recv + comm.rank() * count` (the result is the out-of-place call's, byte for
-/// byte); other overlaps of send and recv are not allowed.
+/// byte); other overlaps of send and recv are not allowed. Inside a group (group_start) the call is
+/// checked and recorded, and runs at group_end.
 /// @param comm this rank's communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send this rank's count values
@@ -58,11 +59,12 @@ namespace qsdp {
 /// @param count values per rank, the same on every rank
 /// @param options the size gate and the pipeline, the same on every rank
 /// @throws qsdp::error when send or recv is null with count > 0, call_options::max_pieces is
-///         outside 1..max_pieces_limit, the world is too large for the random streams (world^2
-///         must stay below 2^31), or q's bucket_size or count is out of range (as encode); on
-///         every rank when the ranks' calls differ (policy, bits, bucket size, element type, count,
-///         size gate, pieces); when a peer's packet fails the header checks (naming the
-///         rank); and what the communicator throws (a peer that failed, a timeout)
+///         outside 1..max_pieces_limit, inside a group when its size gate is not the group's, the
+///         world is too large for the random streams (world^2 must stay below 2^31), or q's
+///         bucket_size or count is out of range (as encode); on every rank when the ranks' calls
+///         differ (policy, bits, bucket size, element type, count, size gate, pieces); when a
+///         peer's packet fails the header checks (naming the rank); and what the communicator
+///         throws (a peer that failed, a timeout)
 template <communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 call_options options = {});
@@ -71,6 +73,7 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 /// rank r receives in `recv` the sum (or average) over ranks of chunk r, `count` values. Each value
 /// is quantized once and summed in fp32. In place as NCCL's: `recv` may be
 /// `send + comm.rank() * count` (the out-of-place call's bytes); other overlaps are not allowed.
+/// Inside a group (group_start) the call is checked and recorded, and runs at group_end.
 /// @param comm this rank's communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send count * comm.size() values, chunk r for rank r
@@ -79,12 +82,12 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 /// @param op sum or avg
 /// @param options the size gate and the pipeline, the same on every rank
 /// @throws qsdp::error when send or recv is null with count > 0, op is not sum or avg,
-///         call_options::max_pieces is outside 1..max_pieces_limit, the world is too large for the
-///         random streams (world^2 must stay below 2^31), or q's bucket_size or count is out of
-///         range (as encode); on every rank when the ranks' calls differ (policy, bits, bucket
-///         size, element type, count, op, size gate, pieces); when a peer's packet fails the header
-///         checks (naming the rank); and what the communicator throws (a peer that failed, a
-///         timeout)
+///         call_options::max_pieces is outside 1..max_pieces_limit, inside a group when its size
+///         gate is not the group's, the world is too large for the random streams (world^2 must
+///         stay below 2^31), or q's bucket_size or count is out of range (as encode); on every rank
+///         when the ranks' calls differ (policy, bits, bucket size, element type, count, op, size
+///         gate, pieces); when a peer's packet fails the header checks (naming the rank); and what
+///         the communicator throws (a peer that failed, a timeout)
 template <communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     call_options options = {});
@@ -98,16 +101,65 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
 /// @param count values, the same on every rank
 /// @param op sum or avg
 /// @param options the size gate and the pipeline, the same on every rank
-/// @throws qsdp::error when data is null with count > 0, op is not sum or avg,
-///         call_options::max_pieces is outside 1..max_pieces_limit, the world is too large for the
-///         random streams (world^2 must stay below 2^31), or q's bucket_size or count is out of
-///         range (as encode); on every rank when the ranks' calls differ (policy, bits, bucket
-///         size, element type, count, op, size gate, pieces); when a peer's packet fails the header
-///         checks (naming the rank); and what the communicator throws (a peer that failed, a
-///         timeout)
+/// @throws qsdp::error when a group is open on comm (group_start), data is null with count > 0, op
+///         is not sum or avg, call_options::max_pieces is outside 1..max_pieces_limit, the world is
+///         too large for the random streams (world^2 must stay below 2^31), or q's bucket_size or
+///         count is out of range (as encode); on every rank when the ranks' calls differ (policy,
+///         bits, bucket size, element type, count, op, size gate, pieces); when a peer's packet
+///         fails the header checks (naming the rank); and what the communicator throws (a peer that
+///         failed, a timeout)
 template <communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 call_options options = {});
+
+/// Opens a group on `comm`, as ncclGroupStart does: until the matching group_end, qsdp::all_gather
+/// and qsdp::reduce_scatter on `comm` check their arguments, draw their call indices and return
+/// without moving anything; group_end then runs them all in one agreement and one exchange (the
+/// packets of every call laid out in one message per peer), instead of two round trips per call:
+///
+///     qsdp::group_start(comm);
+///     for (auto& layer : layers)
+///       qsdp::all_gather(comm, w8, layer.shard, layer.full, layer.count);
+///     qsdp::reduce_scatter(comm, g8, grads, grad_shard, grad_count, qsdp::reduce_op::avg);
+///     qsdp::group_end(comm);   // every layer.full and grad_shard are ready here
+///
+/// A group may mix all_gathers and reduce_scatters of any counts, element types and policies. As
+/// in NCCL, the buffers of a recorded call belong to it until group_end returns (nothing is read
+/// before group_end, nothing written before it either), groups nest (only the outermost group_end
+/// runs), and in-place calls keep NCCL's conventions. all_reduce and delta_gather are not grouped:
+/// made while a group is open on the communicator they throw qsdp::error (a qsdp::two_level pair
+/// is not a communicator and takes no group). A call refused when it is recorded (a bad argument,
+/// another gate) is not part of the group, and the group stays open. Host communicators only.
+///
+/// The size gate (call_options::min_compressed_bytes) applies to the group's total: every call of
+/// a group passes the same gate, and when the calls' values add up to fewer bytes per peer than
+/// it, every call moves them uncompressed (as the gate sends a single call). Results: a group gives
+/// every call the bytes of the same call made on its own, at the same place in the sequence of
+/// calls, bit for bit, whenever the gate decides alike for both: always when the gate is 0, and
+/// when the call alone and the group are both at least the gate, or the group as a whole is below
+/// it. A call below the gate in a group above it is compressed (its own random numbers, its
+/// policy's error), where on its own it would have moved uncompressed. Later calls draw the same
+/// random numbers either way.
+///
+/// A group runs as one piece: its exchange starts once every call is encoded, and no call's
+/// encoding overlaps another's transfer (call_options::max_pieces still cuts each call's packets
+/// as on its own, so that the bytes match).
+/// @param comm this rank's communicator
+/// @throws qsdp::error when groups are nested beyond INT_MAX
+template <communicator Comm>
+void group_start(Comm& comm);
+
+/// Closes the group group_start opened; the outermost one runs the group's calls (group_start) and
+/// returns when every call's result is in its buffer. Collective: every rank must record the same
+/// calls in the same order.
+/// @param comm this rank's communicator
+/// @throws qsdp::error when no group is open; on every rank when the ranks' groups differ (the
+///         number of calls, or the first call that differs and how, as a single call names it),
+///         also when one rank made another collective call instead; when a peer's packet fails
+///         the header checks; and what the communicator throws (a peer that failed, a timeout).
+///         The group is closed either way.
+template <communicator Comm>
+void group_end(Comm& comm);
 
 /// Weight-difference all-gather (SDP4Bit's weight differences): one object per rank keeps the last
 /// reconstruction of every rank's shard, and each call sends the quantized difference between the
@@ -152,9 +204,10 @@ class delta_gather {
   /// @param q the policy (a qsdp::codec_policy), the same on every rank
   /// @param shard this rank's count values
   /// @param full count * world values
-  /// @throws qsdp::error when comm.size() is not world, shard or full is null with count > 0, or
-  ///         the earlier calls were on a device communicator; on every rank when a rank's
-  ///         reconstruction has seen another number of calls; as all_gather otherwise
+  /// @throws qsdp::error when a group is open on comm, comm.size() is not world, shard or full is
+  ///         null with count > 0, or the earlier calls were on a device communicator; on every
+  ///         rank when a rank's reconstruction has seen another number of calls; as all_gather
+  ///         otherwise
   template <communicator Comm, class Q>
   void all_gather(Comm& comm, const Q& q, const T* shard, T* full);
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)

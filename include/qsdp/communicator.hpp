@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "detail/collectives/group_state.hpp"
 #include "detail/transport/local.hpp"
 
 namespace qsdp {
@@ -75,6 +76,8 @@ class host_workspace {
  public:
   /// The call signatures all ranks of the communicator have agreed on (used by the collectives).
   detail::agreed_signatures agreed;
+  /// The group open on the communicator (qsdp::group_start .. qsdp::group_end), if any.
+  detail::group_state group;
 
   /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
   /// Grows to max(bytes, 1.5 x the capacity) when `bytes` exceeds the capacity.

@@ -4,8 +4,9 @@
 // same data: identity bit-exact (all-gather) or within fp32 summation order (reduce-scatter), every
 // policy within its bound, all_reduce bit-identical on every rank, each with the size gate off and
 // on (call_options), and a rank that calls with another count, or differs in a gated call whose
-// signature was agreed before, makes every rank throw. Prints "N passed, M failed" on rank 0; exits
-// nonzero if any rank failed.
+// signature was agreed before, makes every rank throw; groups of calls give the bits of the calls
+// made one by one, and ranks whose groups differ all throw. Prints "N passed, M failed" on rank 0;
+// exits nonzero if any rank failed.
 #include <mpi.h>
 
 #include <chrono>
@@ -125,6 +126,35 @@ void check_policy(qsdp::mpi_communicator& comm, const Q& q, const char* name, st
   check(ok, "all_reduce bit-identical " + tag);
 }
 
+/// A mix of all_gathers and reduce_scatters (three policies, two counts, one in place) issued one
+/// by one or as one group (qsdp::group_start / group_end), then one more call; the bytes of every
+/// output, which must be the same both ways.
+std::vector<unsigned char> group_sequence(qsdp::mpi_communicator& comm, bool grouped) {
+  const auto world = static_cast<std::size_t>(g_world);
+  const auto rank = static_cast<std::size_t>(g_rank);
+  constexpr qsdp::call_options all{.min_compressed_bytes = 0};
+  const auto ag_in = data_of(g_rank, 1000, 21), rs_in = data_of(g_rank, 777 * world, 22);
+  std::vector<float> ag_out(1000 * world), rs_out(777), inplace(513 * world), after(300 * world);
+  const auto shard = data_of(g_rank, 513, 23), after_in = data_of(g_rank, 300, 24);
+  std::copy(shard.begin(), shard.end(), inplace.begin() + static_cast<std::ptrdiff_t>(rank * 513));
+  if (grouped) qsdp::group_start(comm);
+  qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = 128}, ag_in.data(), ag_out.data(), 1000,
+                   all);
+  qsdp::reduce_scatter(comm, qsdp::stochastic<4>{.bucket_size = 64, .seed = 9}, rs_in.data(),
+                       rs_out.data(), 777, qsdp::reduce_op::avg, all);
+  qsdp::all_gather(comm, qsdp::random_shift<6>{.bucket_size = 64, .seed = 4},
+                   inplace.data() + rank * 513, inplace.data(), 513, all);
+  if (grouped) qsdp::group_end(comm);
+  qsdp::all_gather(comm, qsdp::stochastic<4>{.bucket_size = 64, .seed = 2}, after_in.data(),
+                   after.data(), 300, all);
+  std::vector<unsigned char> bytes;
+  for (const std::vector<float>* v : {&ag_out, &rs_out, &inplace, &after}) {
+    const auto* p = reinterpret_cast<const unsigned char*>(v->data());
+    bytes.insert(bytes.end(), p, p + v->size() * sizeof(float));
+  }
+  return bytes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +242,41 @@ int main(int argc, char** argv) {
       qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50,
                            qsdp::reduce_op::sum);
       check(in[0] == static_cast<float>(g_world), "gated collective after a mismatch");
+    }
+  }
+  // Groups: the mix in one agreement and one exchange gives the bits of its calls made one by
+  // one, each way on a fresh communicator so that both draw the same call indices; a rank whose
+  // group is shorter makes every rank throw, and the communicator goes on.
+  {
+    std::vector<unsigned char> apart, together;
+    {
+      qsdp::mpi_communicator fresh(MPI_COMM_WORLD);
+      apart = group_sequence(fresh, false);
+    }
+    {
+      qsdp::mpi_communicator fresh(MPI_COMM_WORLD);
+      together = group_sequence(fresh, true);
+    }
+    check(apart == together, "a group gives the bits of its calls made one by one");
+    if (g_world > 1) {
+      qsdp::mpi_communicator comm(MPI_COMM_WORLD);
+      std::vector<float> in(64, 1.0f), out(64 * g_world);
+      std::string message;
+      try {
+        qsdp::group_start(comm);
+        for (int i = 0; i < (g_rank == 1 ? 1 : 2); ++i)
+          qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 64,
+                           {.min_compressed_bytes = 0});
+        qsdp::group_end(comm);
+      } catch (const qsdp::error& e) {
+        message = e.what();
+      }
+      check(message.find("rank 1's group holds 1 calls, rank 0's 2") != std::string::npos,
+            "a shorter group reported on every rank (got: '" + message + "')");
+      qsdp::group_start(comm);
+      qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 64);
+      qsdp::group_end(comm);
+      check(out[64 * (g_world - 1)] == 1.0f, "a group after a mismatch");
     }
   }
   // NCCL's in-place conventions (tests/support/in_place_checks.hpp): each sequence on a fresh

@@ -19,6 +19,7 @@
 #include "../codec/checks.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/hadamard.hpp"
+#include "group.hpp"
 #include "plan.hpp"
 
 namespace qsdp::detail {
@@ -112,6 +113,7 @@ void delta_gather<T>::all_gather(Comm& comm, const Q& q, const T* shard, T* full
   constexpr const char* where = "qsdp::delta_gather::all_gather";
   static_assert(std::remove_cvref_t<Comm>::memory == memory_space::host,
                 "qsdp::delta_gather::all_gather: device buffers take the overload with a stream");
+  detail::refuse_in_group(comm, where);
   if (comm.size() != world_)
     throw qsdp::error(std::string(where) + ": communicator has " + std::to_string(comm.size()) +
                       " ranks; this delta_gather was made for world " + std::to_string(world_));

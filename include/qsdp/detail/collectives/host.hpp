@@ -18,41 +18,12 @@
 #include "../../communicator.hpp"
 #include "../codec/checks.hpp"
 #include "../host/loops.hpp"
+#include "group.hpp"
+#include "host_packets.hpp"
 #include "pipeline.hpp"
 #include "plan.hpp"
 
 namespace qsdp::detail {
-
-/// Exchanges descriptors (into `scratch`, world * 64 bytes) and checks them.
-template <class Comm>
-void agree_on_call(Comm& comm, const call_descriptor& mine, std::byte* scratch, const char* where) {
-  comm.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine), scratch, sizeof mine);
-  check_descriptors(scratch, comm.size(), where);
-}
-
-template <class Comm, class Q, class T>
-void check_collective_arguments(const Comm& comm, const Q& q, const char* where) {
-  static_assert(std::remove_cvref_t<Comm>::memory == memory_space::host,
-                "these overloads take host buffers; device communicators (NCCL) need the CUDA "
-                "overloads, which take a stream");
-  require_policy<Q>();
-  require_element<T>();
-  check_bucket_size(q, where);
-  check_world(comm.size(), where);
-}
-
-/// Checks the header of the packet received from rank `from`; the rank is named only when it fails,
-/// so the common path builds no strings (no allocation per call).
-template <class Q>
-void check_received(const Q& q, const std::byte* packet, std::size_t count, int element,
-                    std::size_t packet_bytes, int from, const char* where) {
-  try {
-    validated_layout(q, packet, count, is_identity<Q> ? element : -1, packet_bytes, where);
-  } catch (const qsdp::error& e) {
-    throw qsdp::error(std::string(e.what()) + " (in the packet from rank " + std::to_string(from) +
-                      ")");
-  }
-}
 
 /// The collective pipeline's steps on host buffers (detail/collectives/pipeline.hpp): the host
 /// codec and the communicator's exchanges, for a call run_host_collective planned and agreed on, in
@@ -100,29 +71,14 @@ class host_steps {
   /// Rank r's packet, its header checked, decoded to recv + r * stride.
   void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv,
                    std::size_t stride) {
-    for (int r = 0; r < world(); ++r) {
-      const std::byte* packet = packets + static_cast<std::size_t>(r) * packet_bytes;
-      check_received(q_, packet, count, element_tag, packet_bytes, r, where_);
-      qsdp::decode(q_, packet, count, recv + static_cast<std::size_t>(r) * stride);
-      progress();
-    }
+    decode_packets(q_, packets, packet_bytes, packet_bytes, world(), count, recv, stride, where_,
+                   [this] { progress(); });
   }
 
-  /// The world packets, headers checked, summed in fp32 in rank order (then averaged for avg) in
-  /// the scratch's accumulator, and rounded to T plainly: a sum that overflows T is inf, never
-  /// clipped.
+  /// The world packets reduced to recv (reduce_packets) in the scratch's accumulator.
   void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
-    for (int r = 0; r < world(); ++r)
-      check_received(q_, packets + static_cast<std::size_t>(r) * packet_bytes, count, element_tag,
-                     packet_bytes, r, where_);
-    float* acc = reinterpret_cast<float*>(scratch_ + plan_.scratch.accumulator);
-    std::fill(acc, acc + count, 0.0f);
-    qsdp::decode_accumulate(q_, packets, static_cast<std::size_t>(world()), count, acc);
-    if (op_ == reduce_op::avg) {
-      const float ranks = static_cast<float>(world());
-      for (std::size_t i = 0; i < count; ++i) acc[i] = acc[i] / ranks;
-    }
-    narrow_store(acc, count, recv);
+    reduce_packets(q_, packets, packet_bytes, packet_bytes, world(), count, op_,
+                   reinterpret_cast<float*>(scratch_ + plan_.scratch.accumulator), recv, where_);
   }
 
   void copy(T* to, const T* from, std::size_t n) {
@@ -136,7 +92,6 @@ class host_steps {
  private:
   bool overlaps() const { return plan_.pieces.count > 1; }
 
-  static constexpr int element_tag = static_cast<int>(element_traits<T>::tag);
   Comm& comm_;
   const Q& q_;
   reduce_op op_;
@@ -214,12 +169,8 @@ template <class Comm, class Q, class T>
 void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
                          T* b, std::size_t count, call_options options, const char* where,
                          std::uint32_t stream_base = 0) {
-  check_collective_arguments<Comm, Q, T>(comm, q, where);
-  const bool in_place = kind == collective_kind::all_reduce;
-  check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
-  check_count(count, where);
-  if (kind != collective_kind::all_gather) check_op(op, where);
-  check_max_pieces(options.max_pieces, where);
+  refuse_in_group(comm, where);
+  check_host_call(comm, q, kind, op, a, b, count, options, where);
   const collective_call plan =
       plan_collective<Q, T>(comm, q, kind, op, count, options, stream_base);
   std::byte* const scratch =
@@ -240,6 +191,11 @@ namespace qsdp {
 template <communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 call_options options) {
+  if (comm.workspace().group.open()) {
+    detail::record_in_group(comm, q, detail::collective_kind::all_gather, reduce_op::sum, send,
+                            recv, count, options, "qsdp::all_gather");
+    return;
+  }
   detail::run_host_collective(comm, q, detail::collective_kind::all_gather, reduce_op::sum, send,
                               recv, count, options, "qsdp::all_gather");
 }
@@ -247,6 +203,11 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 template <communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     call_options options) {
+  if (comm.workspace().group.open()) {
+    detail::record_in_group(comm, q, detail::collective_kind::reduce_scatter, op, send, recv, count,
+                            options, "qsdp::reduce_scatter");
+    return;
+  }
   detail::run_host_collective(comm, q, detail::collective_kind::reduce_scatter, op, send, recv,
                               count, options, "qsdp::reduce_scatter");
 }

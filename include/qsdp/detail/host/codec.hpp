@@ -78,6 +78,42 @@ void accumulate_range(const Q& q, const std::byte* packet, const packet_layout& 
   }
 }
 
+/// acc[i] += the value i of each of `packet_count` packets, `stride` bytes apart, in packet order
+/// (qsdp::decode_accumulate's packets lie one after another; a group's lie in the ranks' blocks).
+template <class Q>
+void accumulate_packets(const Q& q, const std::byte* packets, std::size_t packet_count,
+                        std::size_t stride, std::size_t count, float* acc) {
+  if (packet_count == 0) return;
+  if (count > 0 && acc == nullptr)
+    throw qsdp::error("qsdp::decode_accumulate: acc is null with count " + std::to_string(count));
+  const packet_layout first =
+      validated_layout(q, packets, count, -1, unknown_size, "qsdp::decode_accumulate");
+  const int element = read_header(packets).element;
+  for (std::size_t p = 1; p < packet_count; ++p) {
+    const std::string where = "qsdp::decode_accumulate (packet " + std::to_string(p) + ")";
+    validated_layout(q, packets + p * stride, count, element, unknown_size, where.c_str());
+  }
+  if constexpr (rotated<Q>()) {
+    // Packets rotated alike (a reduce-scatter's: same seed and call) are summed before the inverse
+    // transform, which then runs once per bucket instead of once per packet.
+    bool alike = true;
+    for (std::size_t p = 1; p < packet_count; ++p)
+      alike = alike && std::memcmp(packets + sizeof(packet_header),
+                                   packets + p * stride + sizeof(packet_header),
+                                   sizeof(rotation_record)) == 0;
+    if (alike) {
+      run_accumulate_rotated(q, packets, packet_count, stride, first, count, acc);
+      return;
+    }
+  }
+  constexpr std::size_t chunk = 4 * host_segment;
+  for (std::size_t begin = 0; begin < count; begin += chunk) {
+    const std::size_t end = std::min(count, begin + chunk);
+    for (std::size_t p = 0; p < packet_count; ++p)
+      accumulate_range(q, packets + p * stride, first, count, begin, end, acc);
+  }
+}
+
 }  // namespace qsdp::detail
 
 namespace qsdp {
@@ -162,35 +198,9 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
                        std::size_t count, float* acc) {
   if (packet_count == 0) return;
   if (packets == nullptr) throw qsdp::error("qsdp::decode_accumulate: packets is null");
-  if (count > 0 && acc == nullptr)
-    throw qsdp::error("qsdp::decode_accumulate: acc is null with count " + std::to_string(count));
   const detail::packet_layout first = detail::validated_layout(
       q, packets, count, -1, detail::unknown_size, "qsdp::decode_accumulate");
-  const int element = detail::read_header(packets).element;
-  for (std::size_t p = 1; p < packet_count; ++p) {
-    const std::string where = "qsdp::decode_accumulate (packet " + std::to_string(p) + ")";
-    detail::validated_layout(q, packets + p * first.total, count, element, detail::unknown_size,
-                             where.c_str());
-  }
-  if constexpr (detail::rotated<Q>()) {
-    // Packets rotated alike (a reduce-scatter's: same seed and call) are summed before the inverse
-    // transform, which then runs once per bucket instead of once per packet.
-    bool alike = true;
-    for (std::size_t p = 1; p < packet_count; ++p)
-      alike = alike && std::memcmp(packets + sizeof(detail::packet_header),
-                                   packets + p * first.total + sizeof(detail::packet_header),
-                                   sizeof(detail::rotation_record)) == 0;
-    if (alike) {
-      detail::run_accumulate_rotated(q, packets, packet_count, first.total, first, count, acc);
-      return;
-    }
-  }
-  constexpr std::size_t chunk = 4 * detail::host_segment;
-  for (std::size_t begin = 0; begin < count; begin += chunk) {
-    const std::size_t end = std::min(count, begin + chunk);
-    for (std::size_t p = 0; p < packet_count; ++p)
-      detail::accumulate_range(q, packets + p * first.total, first, count, begin, end, acc);
-  }
+  detail::accumulate_packets(q, packets, packet_count, first.total, count, acc);
 }
 
 template <class T>

@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Groups of host collectives (qsdp::group_start / qsdp::group_end, declared and documented in
+// qsdp/collectives.hpp). Inside a group, qsdp::all_gather and qsdp::reduce_scatter record the call
+// (checked and planned as a single call: the same call indices, the same packets) and return;
+// group_end then runs them all:
+//
+//   1. one agreement: a 64-byte group descriptor (how many calls, a hash of their call
+//      descriptors, the size gate) from every rank; only when the hashes differ, a second exchange
+//      of the call descriptors themselves, to name the first call that differs;
+//   2. every call encodes its packets into this rank's block(s), call after call;
+//   3. one exchange: all_gather_bytes of one block when every call is an all_gather, else
+//      all_to_all_bytes of one block per peer (an all_gather's packets copied into each);
+//   4. every call decodes (all_gather) or sums (reduce_scatter) its packets from the blocks.
+//
+// The size gate applies to the group's total: below it every call moves its values in packets of
+// the policy qsdp::identity, which give the bits of a single call that the gate sends uncompressed.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../call_options.hpp"
+#include "../../codec.hpp"
+#include "../../collective_types.hpp"
+#include "../../communicator.hpp"
+#include "group_state.hpp"
+#include "host_packets.hpp"
+#include "plan.hpp"
+
+namespace qsdp::detail {
+
+/// The checks every host collective makes before it plans, grouped or not.
+template <class Comm, class Q, class T>
+void check_host_call(const Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
+                     const T* b, std::size_t count, const call_options& options,
+                     const char* where) {
+  check_collective_arguments<Comm, Q, T>(comm, q, where);
+  const bool in_place = kind == collective_kind::all_reduce;
+  check_buffers(a, in_place ? "data" : "send", b, in_place ? "data" : "recv", count, where);
+  check_count(count, where);
+  if (kind != collective_kind::all_gather) check_op(op, where);
+  check_max_pieces(options.max_pieces, where);
+}
+
+/// An all_gather or reduce_scatter recorded in a group, as the single call would run it: its plan
+/// (call indices, pipeline pieces) drawn when it was recorded, its packets encoded piece by piece
+/// with the same random streams, so that its result is the single call's, byte for byte, whenever
+/// the gate decides alike.
+template <class Comm, class Q, class T>
+class host_group_member final : public group_member {
+ public:
+  host_group_member(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* send,
+                    T* recv, std::size_t count, const call_options& options, const char* where)
+      : comm_(comm),
+        q_(q),
+        op_(op),
+        send_(send),
+        recv_(recv),
+        count_(count),
+        where_(where),
+        plan_(plan_collective<Q, T>(comm, q, kind, op, count, options)) {}
+
+  const void* descriptor() const override { return &plan_.descriptor; }
+  std::size_t value_bytes() const override { return count_ * sizeof(T); }
+  std::size_t gate() const override { return plan_.descriptor.min_compressed_bytes; }
+  bool scatters() const override { return plan_.kind == collective_kind::reduce_scatter; }
+
+  std::size_t block_bytes(bool gated) const override {
+    if (gated) return layout_for<identity, T>(identity{}, count_).total;
+    std::size_t bytes = 0;
+    for (std::size_t p = 0; p < plan_.pieces.count; ++p)
+      bytes += layout_for<Q, T>(q_, plan_.pieces.values_of(p, count_)).total;
+    return bytes;
+  }
+  std::size_t accumulator_floats(bool gated) const override {
+    if (!scatters()) return 0;
+    return gated ? count_ : plan_.pieces.values;
+  }
+
+  void encode(std::byte* blocks, std::size_t stride, std::size_t offset, bool gated) override {
+    const int world = comm_.size();
+    const std::size_t chunks = scatters() ? static_cast<std::size_t>(world) : 1;
+    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+      std::byte* out = blocks + chunk * stride + offset;
+      const T* src = send_ + (scatters() ? chunk * count_ : 0);
+      const std::uint32_t stream =
+          plan_.stream_base + chunk_stream(comm_.rank(), world, static_cast<int>(chunk));
+      if (gated) {
+        qsdp::encode(identity{}, src, count_, out, rng_position{.call = plan_.calls[0]});
+        continue;
+      }
+      for (std::size_t p = 0; p < plan_.pieces.count; ++p) {
+        const std::size_t n = plan_.pieces.values_of(p, count_);
+        qsdp::encode(q_, src + p * plan_.pieces.values, n, out,
+                     rng_position{.call = plan_.calls[0] + p, .stream = stream});
+        out += layout_for<Q, T>(q_, n).total;
+      }
+    }
+  }
+
+  void finish(const std::byte* blocks, std::size_t stride, std::size_t offset, bool gated,
+              float* accumulator) override {
+    if (gated)
+      finish_pieces(identity{}, piece_plan{count_, 1}, blocks + offset, stride, accumulator);
+    else
+      finish_pieces(q_, plan_.pieces, blocks + offset, stride, accumulator);
+  }
+
+ private:
+  template <class P>
+  void finish_pieces(const P& q, const piece_plan& pieces, const std::byte* packets,
+                     std::size_t stride, float* accumulator) {
+    const int world = comm_.size();
+    for (std::size_t p = 0; p < pieces.count; ++p) {
+      const std::size_t n = pieces.values_of(p, count_);
+      const std::size_t packet_bytes = layout_for<P, T>(q, n).total;
+      T* const out = recv_ + p * pieces.values;
+      if (scatters())
+        reduce_packets(q, packets, stride, packet_bytes, world, n, op_, accumulator, out, where_);
+      else
+        decode_packets(q, packets, stride, packet_bytes, world, n, out, count_, where_, [] {});
+      packets += packet_bytes;
+    }
+  }
+
+  Comm& comm_;
+  Q q_;
+  reduce_op op_;
+  const T* send_;
+  T* recv_;
+  std::size_t count_;
+  const char* where_;
+  collective_call plan_;
+};
+
+inline constexpr const char* group_end_where = "qsdp::group_end";
+
+/// Records a call made while a group is open on `comm`, after the checks of a single call.
+template <class Comm, class Q, class T>
+void record_in_group(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* send,
+                     T* recv, std::size_t count, const call_options& options, const char* where) {
+  check_host_call(comm, q, kind, op, send, recv, count, options, where);
+  group_state& group = comm.workspace().group;
+  if (!group.members.empty() && group.members.front()->gate() != options.min_compressed_bytes)
+    throw qsdp::error(std::string(where) + " in a group: call_options::min_compressed_bytes is " +
+                      std::to_string(options.min_compressed_bytes) +
+                      ", the group's first call passed " +
+                      std::to_string(group.members.front()->gate()) +
+                      "; a group has one size gate, which applies to its total");
+  group.members.push_back(std::make_unique<host_group_member<Comm, Q, T>>(
+      comm, q, kind, op, send, recv, count, options, where));
+}
+
+/// What every rank says about its group before any packet moves (64 bytes, little-endian).
+struct group_descriptor {
+  std::uint32_t magic;  // "QSDG"
+  std::uint32_t calls;  // members
+  std::uint32_t world;
+  std::uint32_t reserved0;
+  std::uint64_t gate;    // the members' call_options::min_compressed_bytes
+  std::uint64_t values;  // uncompressed bytes per peer, all members
+  std::uint64_t hash;    // FNV-1a over the members' call descriptors, in call order
+  std::uint64_t reserved[3];
+};
+static_assert(sizeof(group_descriptor) == 64);
+
+inline constexpr std::uint32_t group_magic = 0x47445351u;  // "QSDG"
+
+inline std::uint64_t fnv1a(std::uint64_t hash, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  return hash;
+}
+
+inline group_descriptor describe_group(const std::vector<std::unique_ptr<group_member>>& members,
+                                       int world) {
+  group_descriptor d{};
+  d.magic = group_magic;
+  d.calls = static_cast<std::uint32_t>(members.size());
+  d.world = static_cast<std::uint32_t>(world);
+  d.gate = members.empty() ? 0 : members.front()->gate();
+  d.hash = 0xcbf29ce484222325ull;
+  for (const auto& m : members) {
+    d.values += m->value_bytes();
+    d.hash = fnv1a(d.hash, m->descriptor(), sizeof(call_descriptor));
+  }
+  return d;
+}
+
+/// Agrees on the group: throws on every rank alike when the ranks' groups differ, naming how (the
+/// number of calls, or the first call that differs and the field).
+template <class Comm>
+void agree_on_group(Comm& comm, const std::vector<std::unique_ptr<group_member>>& members,
+                    std::byte* scratch) {
+  const group_descriptor mine = describe_group(members, comm.size());
+  comm.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine), scratch, sizeof mine);
+  const auto world = static_cast<std::size_t>(comm.size());
+  group_descriptor first;
+  std::memcpy(&first, scratch, sizeof first);
+  bool hashes_differ = false;
+  for (std::size_t peer = 0; peer < world; ++peer) {
+    group_descriptor theirs;
+    std::memcpy(&theirs, scratch + peer * sizeof theirs, sizeof theirs);
+    const std::string rank = "rank " + std::to_string(peer);
+    if (theirs.magic != group_magic)
+      throw qsdp::error(std::string(group_end_where) + ": ranks disagree: " + rank +
+                        " sent no group descriptor: it made another collective call, not a "
+                        "group_end");
+    if (theirs.calls != first.calls)
+      throw qsdp::error(std::string(group_end_where) + ": ranks disagree: " + rank +
+                        "'s group holds " + std::to_string(theirs.calls) + " calls, rank 0's " +
+                        std::to_string(first.calls));
+    hashes_differ = hashes_differ || theirs.hash != first.hash || theirs.gate != first.gate ||
+                    theirs.world != first.world;
+  }
+  if (!hashes_differ) return;
+  // Every rank saw the same descriptors, so every rank takes this second exchange.
+  const std::size_t bytes = members.size() * sizeof(call_descriptor);
+  std::vector<std::byte> mine_calls(bytes), all(world * bytes);
+  for (std::size_t m = 0; m < members.size(); ++m)
+    std::memcpy(mine_calls.data() + m * sizeof(call_descriptor), members[m]->descriptor(),
+                sizeof(call_descriptor));
+  comm.all_gather_bytes(mine_calls.data(), all.data(), bytes);
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    call_descriptor zero;
+    std::memcpy(&zero, all.data() + m * sizeof zero, sizeof zero);
+    for (std::size_t peer = 1; peer < world; ++peer) {
+      call_descriptor theirs;
+      std::memcpy(&theirs, all.data() + peer * bytes + m * sizeof theirs, sizeof theirs);
+      const std::string mismatch = describe_mismatch(zero, 0, theirs, static_cast<int>(peer));
+      if (!mismatch.empty())
+        throw qsdp::error(std::string(group_end_where) + ": ranks disagree on call " +
+                          std::to_string(m) + " of the group (" + collective_name(zero.collective) +
+                          "): " + mismatch);
+    }
+  }
+  throw qsdp::error(std::string(group_end_where) +
+                    ": ranks disagree on the group, though no call descriptor differs: they run "
+                    "different library versions");
+}
+
+/// Runs a group's members in one agreement and one exchange (the file comment).
+template <class Comm>
+void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> members) {
+  const auto world = static_cast<std::size_t>(comm.size());
+  std::size_t values = 0;
+  for (const auto& m : members) values += m->value_bytes();
+  const bool gated = !members.empty() && gated_uncompressed(values, 1, members.front()->gate());
+  std::size_t block = 0, floats = 0;
+  bool scatters = false;
+  for (const auto& m : members) {
+    block += m->block_bytes(gated);
+    floats = std::max(floats, m->accumulator_floats(gated));
+    scatters = scatters || m->scatters();
+  }
+  const std::size_t outgoing = align64(world * sizeof(group_descriptor));
+  const std::size_t incoming = outgoing + align64((scatters ? world : 1) * block);
+  const std::size_t accumulator = incoming + align64(world * block);
+  std::byte* const scratch = comm.workspace().get(accumulator + floats * sizeof(float));
+  agree_on_group(comm, members, scratch);
+  if (members.empty()) return;
+
+  std::byte* const out = scratch + outgoing;
+  std::byte* const in = scratch + incoming;
+  std::size_t offset = 0;
+  for (const auto& m : members) {
+    const std::size_t bytes = m->block_bytes(gated);
+    m->encode(out, block, offset, gated);
+    if (scatters && !m->scatters())
+      for (std::size_t peer = 1; peer < world; ++peer)
+        std::memcpy(out + peer * block + offset, out + offset, bytes);
+    offset += bytes;
+  }
+  if (scatters)
+    comm.all_to_all_bytes(out, in, block);
+  else
+    comm.all_gather_bytes(out, in, block);
+  float* const acc = reinterpret_cast<float*>(scratch + accumulator);
+  offset = 0;
+  for (const auto& m : members) {
+    m->finish(in, block, offset, gated, acc);
+    offset += m->block_bytes(gated);
+  }
+}
+
+/// Throws when a collective that cannot be grouped is called while a group is open on `comm`.
+template <class Comm>
+void refuse_in_group(Comm& comm, const char* where) {
+  if (comm.workspace().group.open())
+    throw qsdp::error(std::string(where) +
+                      ": called while a group is open on this communicator (qsdp::group_start); "
+                      "a group holds qsdp::all_gather and qsdp::reduce_scatter calls: make this "
+                      "call after qsdp::group_end");
+}
+
+}  // namespace qsdp::detail
+
+namespace qsdp {
+
+template <communicator Comm>
+void group_start(Comm& comm) {
+  detail::group_state& group = comm.workspace().group;
+  if (group.depth == std::numeric_limits<int>::max())
+    throw qsdp::error("qsdp::group_start: groups nested " + std::to_string(group.depth) +
+                      " deep; expected a group_end for each group_start");
+  ++group.depth;
+}
+
+template <communicator Comm>
+void group_end(Comm& comm) {
+  detail::group_state& group = comm.workspace().group;
+  if (!group.open())
+    throw qsdp::error(
+        "qsdp::group_end: no group is open on this communicator; expected a qsdp::group_start "
+        "before it");
+  if (--group.depth > 0) return;
+  // The group is closed before it runs, so that a failure leaves the communicator usable.
+  std::vector<std::unique_ptr<detail::group_member>> members = std::move(group.members);
+  group.members.clear();
+  detail::run_host_group(comm, std::move(members));
+}
+
+}  // namespace qsdp
