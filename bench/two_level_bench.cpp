@@ -11,8 +11,8 @@
 //
 // Every call is timed after a barrier (the slowest rank's time; the median over -n iterations after
 // -w warm-up ones), and its error is the relative L2 distance to the float64 result, over all
-// ranks. Bucket 1024 throughout (hadamard: 1024 too). The size gate is left at its default (sizes
-// below 32 KiB per peer then move uncompressed). Rank 0 prints one table row per call and size, and
+// ranks. Bucket 1024 throughout (hadamard: 1024 too). The size gate is the recommended one (sizes
+// below 32 KiB per peer move uncompressed). Rank 0 prints one table row per call and size, and
 // a verdict per operation from the largest size; progress lines go to stderr once the run takes
 // more than a few seconds.
 //
@@ -41,6 +41,9 @@
 #include "console.hpp"          // progress lines, percentages (examples/)
 
 namespace {
+
+/// qsdp::recommended_min_compressed_bytes, on every qsdp call of the benchmark.
+constexpr qsdp::call_options gate{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes};
 
 struct options {
   int node_size = 0;
@@ -303,31 +306,31 @@ int main(int argc, char** argv) {
         });
         add("flat stochastic<8>", ratio_of(s8, count), [&] {
           qsdp::reduce_scatter(flat, qsdp::stochastic<8>{.seed = 1}, grads.data(), out.data(),
-                               count, qsdp::reduce_op::sum);
+                               count, qsdp::reduce_op::sum, gate);
         });
         add("flat stochastic<4>", ratio_of(s4, count), [&] {
           qsdp::reduce_scatter(flat, qsdp::stochastic<4>{.seed = 1}, grads.data(), out.data(),
-                               count, qsdp::reduce_op::sum);
+                               count, qsdp::reduce_op::sum, gate);
         });
         add("two-level stochastic<8> | stochastic<4>", ratio_of(s4, count), [&] {
           qsdp::reduce_scatter(
               pair,
               qsdp::level_policies{qsdp::stochastic<8>{.seed = 1}, qsdp::stochastic<4>{.seed = 2}},
-              grads.data(), out.data(), count, qsdp::reduce_op::sum);
+              grads.data(), out.data(), count, qsdp::reduce_op::sum, gate);
         });
         add("two-level stochastic<8> | hadamard<stochastic<4>>", ratio_of(h4, count), [&] {
           qsdp::reduce_scatter(
               pair,
               qsdp::level_policies{qsdp::stochastic<8>{.seed = 1},
                                    qsdp::hadamard<qsdp::stochastic<4>>{{.seed = 2}}},
-              grads.data(), out.data(), count, qsdp::reduce_op::sum);
+              grads.data(), out.data(), count, qsdp::reduce_op::sum, gate);
         });
         add("two-level identity | hadamard<stochastic<4>>", ratio_of(h4, count), [&] {
           qsdp::reduce_scatter(
               pair,
               qsdp::level_policies{qsdp::identity{},
                                    qsdp::hadamard<qsdp::stochastic<4>>{{.seed = 2}}},
-              grads.data(), out.data(), count, qsdp::reduce_op::sum);
+              grads.data(), out.data(), count, qsdp::reduce_op::sum, gate);
         });
       }
       if (o.op != "reduce_scatter") {
@@ -353,23 +356,23 @@ int main(int argc, char** argv) {
                         static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
         });
         add("flat random_shift<8>", ratio_of(r8, count), [&] {
-          qsdp::all_gather(flat, qsdp::random_shift<8>{.seed = 1}, shard.data(), full.data(),
-                           count);
+          qsdp::all_gather(flat, qsdp::random_shift<8>{.seed = 1}, shard.data(), full.data(), count,
+                           gate);
         });
         add("flat random_shift<4>", ratio_of(r4, count), [&] {
-          qsdp::all_gather(flat, qsdp::random_shift<4>{.seed = 1}, shard.data(), full.data(),
-                           count);
+          qsdp::all_gather(flat, qsdp::random_shift<4>{.seed = 1}, shard.data(), full.data(), count,
+                           gate);
         });
         add("two-level random_shift<8> | random_shift<8>", ratio_of(r8, count), [&] {
           qsdp::all_gather(pair,
                            qsdp::level_policies{qsdp::random_shift<8>{.seed = 1},
                                                 qsdp::random_shift<8>{.seed = 2}},
-                           shard.data(), full.data(), count);
+                           shard.data(), full.data(), count, gate);
         });
         add("two-level identity | random_shift<8>", ratio_of(r8, count), [&] {
           qsdp::all_gather(pair,
                            qsdp::level_policies{qsdp::identity{}, qsdp::random_shift<8>{.seed = 2}},
-                           shard.data(), full.data(), count);
+                           shard.data(), full.data(), count, gate);
         });
       }
       if (g_rank == 0) {

@@ -308,7 +308,9 @@ TEST_CASE("run_local: a rank that returns early releases the others with an erro
 }
 
 TEST_CASE("scratch is reused: no allocation per call in steady state, compressed or gated") {
-  for (const qsdp::call_options options : {compress_all, qsdp::call_options{}}) {
+  for (const qsdp::call_options options :
+       {compress_all,
+        qsdp::call_options{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes}}) {
     qsdp::run_local(3, [&](qsdp::local_communicator& comm) {
       std::vector<float> in(3 * 5000, 1.0f), out(3 * 5000);
       qsdp::stochastic<4> q{.seed = 1};

@@ -259,7 +259,7 @@ TEST_CASE("a group_end without a group_start throws, and so do calls a group can
     // A gate other than the group's first call's.
     qsdp::all_gather(comm, qsdp::uniform<8>{}, data.data(), out.data(), 64, compress_all);
     CHECK_THROWS_WITH_AS(qsdp::all_gather(comm, qsdp::uniform<8>{}, data.data(), out.data(), 64,
-                                          qsdp::call_options{}),
+                                          qsdp::call_options{.min_compressed_bytes = 1}),
                          doctest::Contains("a group has one size gate"), qsdp::error);
     // A bad argument is refused when the call is recorded, as the single call refuses it.
     CHECK_THROWS_AS(qsdp::all_gather(comm, qsdp::uniform<8>{}, data.data(),

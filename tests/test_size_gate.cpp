@@ -21,6 +21,8 @@ using namespace qsdp_test;
 namespace {
 
 constexpr qsdp::call_options compress_all{.min_compressed_bytes = 0};
+constexpr qsdp::call_options recommended{.min_compressed_bytes =
+                                             qsdp::recommended_min_compressed_bytes};
 
 /// A local_communicator that counts the exchanges the collectives make through it.
 struct counting_communicator {
@@ -64,7 +66,7 @@ struct gated_run {
 };
 
 /// Each rank runs the collective `kind` (0 all_gather, 1 reduce_scatter, 2 all_reduce) on `count`
-/// values three ways: gated (the default options, which gate this count), gated again, and with
+/// values three ways: gated (the recommended gate, which gates this count), gated again, and with
 /// qsdp::identity and the gate off.
 template <class T>
 std::vector<gated_run<T>> run_three_ways(int world, int kind, std::size_t count,
@@ -90,10 +92,10 @@ std::vector<gated_run<T>> run_three_ways(int world, int kind, std::size_t count,
       return out;
     };
     int before = comm.exchanges;
-    run.gated = once(q, {});
+    run.gated = once(q, recommended);
     run.first_exchanges = comm.exchanges - before;
     before = comm.exchanges;
-    run.second = once(q, {});
+    run.second = once(q, recommended);
     run.repeat_exchanges = comm.exchanges - before;
     run.identity = once(qsdp::identity{}, compress_all);
   });
@@ -104,7 +106,7 @@ template <class T>
 void check_gated_equals_identity(int world, int kind, std::size_t count, qsdp::reduce_op op) {
   INFO("world " << world << " collective " << kind << " count " << count << " op "
                 << static_cast<int>(op) << " element size " << sizeof(T));
-  REQUIRE(count * sizeof(T) < qsdp::default_min_compressed_bytes);
+  REQUIRE(count * sizeof(T) < qsdp::recommended_min_compressed_bytes);
   const auto runs = run_three_ways<T>(world, kind, count, op);
   for (const auto& run : runs) {
     CHECK(same_bits(run.gated, run.identity));
@@ -118,9 +120,31 @@ void check_gated_equals_identity(int world, int kind, std::size_t count, qsdp::r
 
 }  // namespace
 
-TEST_CASE("default_min_compressed_bytes is the documented 32 KiB") {
-  CHECK(qsdp::default_min_compressed_bytes == 32 * 1024);
-  CHECK(qsdp::call_options{}.min_compressed_bytes == qsdp::default_min_compressed_bytes);
+TEST_CASE("the gate is off by default; the recommended one is the documented 32 KiB") {
+  CHECK(qsdp::recommended_min_compressed_bytes == 32 * 1024);
+  CHECK(qsdp::call_options{}.min_compressed_bytes == 0);
+  // With the default options the caller's policy applies at any size: a 4-bit all_gather of 100
+  // values is not exact, and the counters say it was compressed; the recommended gate sends it
+  // exactly, and the counters say so too.
+  qsdp::run_local(2, [&](qsdp::local_communicator& comm) {
+    const auto in = rank_values<float>(comm.rank(), 100, 1);
+    std::vector<float> plain(200), gated(200), exact(200);
+    const qsdp::uniform<4> q{.bucket_size = 64};
+    comm.workspace().counters = {};
+    qsdp::all_gather(comm, q, in.data(), plain.data(), 100);
+    qsdp::all_gather(comm, q, in.data(), gated.data(), 100, recommended);
+    qsdp::reduce_scatter(comm, q, plain.data(), exact.data(), 100, qsdp::reduce_op::sum,
+                         recommended);
+    const qsdp::call_counters& n = comm.workspace().counters;
+    CHECK(n.compressed_calls == 1);
+    CHECK(n.compressed_bytes == 100 * sizeof(float));
+    CHECK(n.gated_calls == 2);
+    CHECK(n.gated_bytes == 2 * 100 * sizeof(float));
+    qsdp::all_gather(comm, qsdp::identity{}, in.data(), exact.data(), 100);
+    CHECK_FALSE(same_bits(plain, exact));
+    CHECK(same_bits(gated, exact));
+    CHECK(n.compressed_calls == 2);  // identity is the caller's policy here, not the gate's
+  });
 }
 
 TEST_CASE("gated calls give identity's results bit for bit, in one exchange once agreed") {
@@ -141,16 +165,16 @@ TEST_CASE("the gate's edge: count * sizeof(T) below min_compressed_bytes goes un
   // 8191 floats (32764 bytes) are gated at 32 KiB; 8192 (32768) are compressed, so they differ
   // from the exact identity result and take two exchanges every call.
   for (const std::size_t count : {std::size_t{8191}, std::size_t{8192}}) {
-    const bool gated = count * sizeof(float) < qsdp::default_min_compressed_bytes;
+    const bool gated = count * sizeof(float) < qsdp::recommended_min_compressed_bytes;
     std::vector<std::vector<float>> by_options[2];
     qsdp::run_local(2, [&](qsdp::local_communicator& local) {
       counting_communicator comm{local};
       const auto in = rank_values<float>(comm.rank(), count, 1);
       std::vector<float> full(2 * count), exact(2 * count);
       const qsdp::uniform<8> q{.bucket_size = 256};
-      qsdp::all_gather(comm, q, in.data(), full.data(), count);
+      qsdp::all_gather(comm, q, in.data(), full.data(), count, recommended);
       const int before = comm.exchanges;
-      qsdp::all_gather(comm, q, in.data(), full.data(), count);
+      qsdp::all_gather(comm, q, in.data(), full.data(), count, recommended);
       CHECK(comm.exchanges - before == (gated ? 1 : 2));
       qsdp::all_gather(comm, qsdp::identity{}, in.data(), exact.data(), count, compress_all);
       CHECK(same_bits(full, exact) == gated);
@@ -174,7 +198,7 @@ TEST_CASE("a gated call draws the call indices a compressed one would: later cal
       const qsdp::stochastic<4> q{.bucket_size = 128, .seed = 11};
       auto small = rank_values<float>(comm.rank(), 300, 2);
       qsdp::all_reduce(comm, q, small.data(), 300, qsdp::reduce_op::sum,
-                       gate ? qsdp::call_options{} : compress_all);
+                       gate ? recommended : compress_all);
       const auto big = rank_values<float>(comm.rank(), 3 * 20000, 3);
       std::vector<float> out(20000);
       qsdp::reduce_scatter(comm, q, big.data(), out.data(), 20000, qsdp::reduce_op::sum,
@@ -201,7 +225,7 @@ TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
       [&](qsdp::local_communicator& c) {
         std::vector<float> out(3 * 4000);
         qsdp::reduce_scatter(c, q, in.data(), out.data(), 100, qsdp::reduce_op::sum,
-                             c.rank() == 2 ? compress_all : qsdp::call_options{});
+                             c.rank() == 2 ? compress_all : recommended);
       },
       "rank 2 called with call_options::min_compressed_bytes 0, rank 0 with 32768");
   // Both signatures agreed before; then rank 1 makes the other one (another op): the descriptors in
@@ -210,17 +234,19 @@ TEST_CASE("ranks that gate differently, or differ in a gated call, all throw") {
       [&](qsdp::local_communicator& c) {
         std::vector<float> out(3 * 4000);
         for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
-          qsdp::reduce_scatter(c, q, in.data(), out.data(), 100, op);
+          qsdp::reduce_scatter(c, q, in.data(), out.data(), 100, op, recommended);
         qsdp::reduce_scatter(c, q, in.data(), out.data(), 100,
-                             c.rank() == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
+                             c.rank() == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum,
+                             recommended);
       },
       "rank 1 called with reduce_op avg, rank 0 with sum");
   // The same with another count: the blocks differ in size, which the transport refuses.
   expect_every_rank_throws(
       [&](qsdp::local_communicator& c) {
         std::vector<float> out(3 * 4000);
-        for (std::size_t n : {100, 200}) qsdp::all_gather(c, q, in.data(), out.data(), n);
-        qsdp::all_gather(c, q, in.data(), out.data(), c.rank() == 0 ? 200 : 100);
+        for (std::size_t n : {100, 200})
+          qsdp::all_gather(c, q, in.data(), out.data(), n, recommended);
+        qsdp::all_gather(c, q, in.data(), out.data(), c.rank() == 0 ? 200 : 100, recommended);
       },
       "bytes but rank");
 }
@@ -232,7 +258,7 @@ TEST_CASE("a gated all_gather may run in place, as FSDP's does") {
     std::vector<float> full(3 * count, -1.0f);
     std::copy(mine.begin(), mine.end(), full.begin() + comm.rank() * 50);
     qsdp::all_gather(comm, qsdp::random_shift<8>{}, full.data() + comm.rank() * 50, full.data(),
-                     count);
+                     count, recommended);
     for (int r = 0; r < 3; ++r)
       CHECK(std::memcmp(full.data() + r * 50, rank_values<float>(r, count, 4).data(),
                         count * sizeof(float)) == 0);

@@ -170,7 +170,8 @@ TEST_CASE("below the size gate both levels move exact values") {
     const qsdp::level_policies q{qsdp::stochastic<4>{}, qsdp::stochastic<2>{}};
     const auto mine = exact_sum_values(comm.rank(), count);
     std::vector<float> full(count * 6);
-    qsdp::all_gather(comm, q, mine.data(), full.data(), count);
+    qsdp::all_gather(comm, q, mine.data(), full.data(), count,
+                     {.min_compressed_bytes = qsdp::recommended_min_compressed_bytes});
     for (int r = 0; r < 6; ++r)
       CHECK(std::memcmp(full.data() + r * 100, exact_sum_values(r, count).data(), 400) == 0);
   });

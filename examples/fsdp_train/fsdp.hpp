@@ -89,9 +89,9 @@ struct adam_config {
   float final_lr_fraction = 0.1f;  // linear decay from lr to lr * this over the run
 };
 
-/// The size gate off: this example measures what quantizing every layer does to training, and the
-/// embedding's shard (384 values at 4 ranks) is below qsdp's default gate, which would send it
-/// exactly.
+/// The size gate off (as by default), said explicitly: this example measures what quantizing every
+/// layer does to training, and the embedding's shard (384 values at 4 ranks) is below the
+/// recommended gate, which would send it exactly.
 inline constexpr qsdp::call_options quantize_every_layer{.min_compressed_bytes = 0};
 
 template <class Comm>

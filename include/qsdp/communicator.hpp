@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "call_options.hpp"
 #include "config.hpp"
 #include "detail/collectives/group_state.hpp"
 #include "detail/transport/local.hpp"
@@ -71,13 +72,16 @@ using agreed_signatures = basic_agreed_signatures<64>;
 
 /// Scratch memory a communicator owns for the collectives: grows when a larger call arrives and is
 /// reused otherwise, so steady-state calls allocate nothing. `growths()` counts reallocations
-/// (tests use it to prove reuse). It also keeps the call signatures the ranks have agreed on.
+/// (tests use it to prove reuse). It also keeps the call signatures the ranks have agreed on, the
+/// open group and the call counters.
 class host_workspace {
  public:
   /// The call signatures all ranks of the communicator have agreed on (used by the collectives).
   detail::agreed_signatures agreed;
   /// The group open on the communicator (qsdp::group_start .. qsdp::group_end), if any.
   detail::group_state group;
+  /// What the communicator's collectives did with the size gate.
+  call_counters counters;
 
   /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
   /// Grows to max(bytes, 1.5 x the capacity) when `bytes` exceeds the capacity.

@@ -207,8 +207,9 @@ class FsdpHooks:
         gather each parameter group through a qsdp.torch.DeltaGather (SDP4Bit's weight
         differences: 4-bit weights that train like 8-bit ones), at the cost of a full copy of the
         gathered weights on every rank (the reconstruction); a DeltaGather always quantizes.
-        min_compressed_bytes: the size gate of the collectives (None:
-        qsdp.torch.DEFAULT_MIN_COMPRESSED_BYTES; 0 compresses every buffer)."""
+        min_compressed_bytes: the size gate of the hooks' collectives (None:
+        qsdp.torch.RECOMMENDED_MIN_COMPRESSED_BYTES, 32 KiB, measured; 0 compresses every
+        buffer). stats() counts the buffers it sent uncompressed as gated_calls."""
         from torch.distributed.fsdp import FSDPModule
 
         qt = self._collectives

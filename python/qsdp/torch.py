@@ -12,11 +12,12 @@
     qt.all_reduce(tensor, g, op="sum", group=None)
     handle = qt.fsdp.compress(model, weights=w, grads=g)   # every FSDPModule in model
 
-The collectives take min_compressed_bytes=None (the size gate, C++'s
-call_options::min_compressed_bytes; None: qt.DEFAULT_MIN_COMPRESSED_BYTES, 32 KiB): a call that
+The collectives take min_compressed_bytes=0 (the size gate, C++'s
+call_options::min_compressed_bytes; 0, the default, applies the policy at every size): a call that
 sends each peer fewer bytes of values (all_gather_into_tensor, reduce_scatter_tensor: the input's or
 output's bytes; all_reduce: the whole tensor's) moves them uncompressed, exactly, in one exchange,
-as qt.identity() would; 0 compresses every call. Every rank must pass the same value.
+as qt.identity() would. qt.RECOMMENDED_MIN_COMPRESSED_BYTES (32 KiB) is the measured gate, and
+fsdp.compress's default. Every rank must pass the same value.
 
 Policies are the C++ ones (qsdp/quantizers.hpp), each object keeping its own call counter: a
 randomized policy draws fresh random numbers on every call, reproducible from its seed and the
@@ -52,12 +53,13 @@ __all__ = [
     "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
     "reduce_scatter_tensor", "all_reduce", "DeltaGather", "fsdp", "synchronize",
-    "cuda_extension", "DEFAULT_MIN_COMPRESSED_BYTES",
+    "cuda_extension", "RECOMMENDED_MIN_COMPRESSED_BYTES",
 ]
 
-#: The size gate's default (C++ qsdp::default_min_compressed_bytes): calls that send each peer fewer
-#: bytes of values go uncompressed.
-DEFAULT_MIN_COMPRESSED_BYTES: int = _ext.default_min_compressed_bytes
+#: The measured size gate (C++ qsdp::recommended_min_compressed_bytes, 32 KiB): below it a
+#: compressed call costs more than the values as they are. fsdp.compress's default; the
+#: collectives' is 0 (every size compressed).
+RECOMMENDED_MIN_COMPRESSED_BYTES: int = _ext.recommended_min_compressed_bytes
 
 _ELEMENT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _OP_CODES = {"sum": 1, "avg": 2}
@@ -451,9 +453,10 @@ def _world_times(full, full_name, part, part_name, world, where):
 
 
 def _gate(min_compressed_bytes, where: str) -> int:
-    """The size gate a collective runs with: min_compressed_bytes, or the default for None."""
+    """The size gate a call runs with: min_compressed_bytes, checked; None is the recommended
+    gate (what fsdp.compress passes for its default)."""
     if min_compressed_bytes is None:
-        return DEFAULT_MIN_COMPRESSED_BYTES
+        return RECOMMENDED_MIN_COMPRESSED_BYTES
     return _integer("min_compressed_bytes", min_compressed_bytes, 0, 2**63 - 1, where)
 
 
@@ -465,7 +468,7 @@ def _sends_uncompressed(t: torch.Tensor, values: int, min_compressed_bytes=None)
 
 
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
-                           group=None, *, min_compressed_bytes=None) -> None:
+                           group=None, *, min_compressed_bytes=0) -> None:
     """torch.distributed.all_gather_into_tensor, compressed: output (world * input.numel()
     values) gets every rank's input, rank r's at r * input.numel(); the same values on every
     rank. An input of fewer than min_compressed_bytes bytes moves uncompressed (the size gate)."""
@@ -485,7 +488,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Po
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
-                          op="avg", group=None, *, min_compressed_bytes=None) -> None:
+                          op="avg", group=None, *, min_compressed_bytes=0) -> None:
     """torch.distributed.reduce_scatter_tensor, compressed: input holds world chunks of
     output.numel() values; output gets the sum (op "sum") or mean ("avg") over ranks of this
     rank's chunk, each value quantized once and summed in float32. Chunks of fewer than
@@ -507,7 +510,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Pol
 
 
 def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None, *,
-               min_compressed_bytes=None) -> None:
+               min_compressed_bytes=0) -> None:
     """torch.distributed.all_reduce, compressed and in place: reduce-scatter, then all-gather of
     the reduced chunks, so every rank ends with the same values. A tensor of fewer than
     min_compressed_bytes bytes is all-gathered uncompressed and summed in float32 (the size

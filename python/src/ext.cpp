@@ -113,7 +113,7 @@ NB_MODULE(_ext, m) {
   m.attr("host_codec_isa") = qsdp::host_codec_isa();
   // Whether qsdp._ext_cuda was built, and if not why (python/CMakeLists.txt).
   m.attr("cuda_extension") = QSDP_PYTHON_CUDA_EXTENSION;
-  m.attr("default_min_compressed_bytes") = qsdp::default_min_compressed_bytes;
+  m.attr("recommended_min_compressed_bytes") = qsdp::recommended_min_compressed_bytes;
 
   nb::class_<group_communicator>(m, "GroupCommunicator")
       .def(nb::init<int, int, nb::callable, nb::callable>(), nb::arg("rank"), nb::arg("size"),

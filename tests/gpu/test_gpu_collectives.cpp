@@ -2,7 +2,8 @@
 // The device collectives (run_local_cuda, one GPU, several ranks; and one NCCL rank) against the
 // host collectives on the same data: same random streams, same packets, same fp32 sums in the same
 // order, so the outputs are bit-identical. Every comparison runs twice: with the size gate off
-// (every call compressed) and with the default gate (small calls uncompressed on both sides).
+// (every call compressed, the default) and with the recommended gate (small calls uncompressed on
+// both sides).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -73,7 +74,8 @@ void compare(collective kind, const Q& q, int world, std::size_t count, qsdp::re
         qsdp_test::convert<T>(qsdp_test::make_data(qsdp_test::distribution::gradient_with_outliers,
                                                    in_count, 40 + static_cast<std::uint32_t>(r)));
   for (const qsdp::call_options options :
-       {qsdp::call_options{.min_compressed_bytes = 0}, qsdp::call_options{}}) {
+       {qsdp::call_options{},
+        qsdp::call_options{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes}}) {
     const auto expected = host_collective(kind, q, world, count, inputs, op, calls, options);
     const auto got =
         gpu_test::device_collective(kind, q, world, count, inputs, op, calls, nullptr, options);

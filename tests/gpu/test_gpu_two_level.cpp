@@ -70,7 +70,8 @@ void compare(collective kind, const qsdp::level_policies<Inside, Across>& q, int
              int node_size, std::size_t count, qsdp::reduce_op op, int calls) {
   const auto inputs = inputs_for<T>(kind, world, count);
   for (const qsdp::call_options options :
-       {qsdp::call_options{.min_compressed_bytes = 0}, qsdp::call_options{}}) {
+       {qsdp::call_options{},
+        qsdp::call_options{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes}}) {
     const auto expected =
         host_two_level(kind, q, world, node_size, count, inputs, op, calls, options);
     const auto got =

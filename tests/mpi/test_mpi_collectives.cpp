@@ -164,10 +164,11 @@ int main(int argc, char** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   {
     qsdp::mpi_communicator comm(MPI_COMM_WORLD);
-    // The gate off (every call compressed), then the default gate, under which all but the
-    // largest count (40 KB) move uncompressed.
+    // The gate off (every call compressed, the default), then the recommended gate, under which
+    // all but the largest count (40 KB) move uncompressed.
     for (const qsdp::call_options options :
-         {qsdp::call_options{.min_compressed_bytes = 0}, qsdp::call_options{}})
+         {qsdp::call_options{},
+          qsdp::call_options{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes}})
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000},
                                 std::size_t{4099}, std::size_t{10000}}) {
         check_policy(comm, qsdp::identity{}, "identity", count, options);
@@ -228,19 +229,20 @@ int main(int argc, char** argv) {
 
       // A gated call whose two signatures were both agreed before, rank 1 with the other op: the
       // descriptors in front of the values stop every rank, with the same message.
+      const qsdp::call_options gate{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes};
       for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
-        qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50, op);
+        qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50, op, gate);
       message.clear();
       try {
         qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50,
-                             g_rank == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
+                             g_rank == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum, gate);
       } catch (const qsdp::error& e) {
         message = e.what();
       }
       check(message.find("rank 1 called with reduce_op avg, rank 0 with sum") != std::string::npos,
             "gated op mismatch reported on every rank (got: '" + message + "')");
       qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, out.data(), in.data(), 50,
-                           qsdp::reduce_op::sum);
+                           qsdp::reduce_op::sum, gate);
       check(in[0] == static_cast<float>(g_world), "gated collective after a mismatch");
     }
   }
@@ -274,7 +276,8 @@ int main(int argc, char** argv) {
       check(message.find("rank 1's group holds 1 calls, rank 0's 2") != std::string::npos,
             "a shorter group reported on every rank (got: '" + message + "')");
       qsdp::group_start(comm);
-      qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 64);
+      qsdp::all_gather(comm, qsdp::uniform<8>{}, in.data(), out.data(), 64,
+                       {.min_compressed_bytes = qsdp::recommended_min_compressed_bytes});
       qsdp::group_end(comm);
       check(out[64 * (g_world - 1)] == 1.0f, "a group after a mismatch");
     }

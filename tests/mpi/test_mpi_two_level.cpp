@@ -73,9 +73,10 @@ void check_node_size(int node_size) {
   auto data = exact_sum_values(g_rank, 3 * count + 1);
   qsdp::all_reduce(comm, q, data.data(), data.size(), qsdp::reduce_op::avg, compress_all);
   check(same_everywhere(data), "quantized all_reduce bit-identical on every rank, " + tag);
-  // The default size gate: 100 values per peer move exact at both levels.
+  // The recommended size gate: 100 values per peer move exact at both levels.
   std::vector<float> small(100 * w);
-  qsdp::all_gather(comm, q, shard.data(), small.data(), 100);
+  qsdp::all_gather(comm, q, shard.data(), small.data(), 100,
+                   {.min_compressed_bytes = qsdp::recommended_min_compressed_bytes});
   bool exact_small = true;
   for (int r = 0; r < g_world; ++r)
     exact_small = exact_small && std::memcmp(small.data() + static_cast<std::size_t>(r) * 100,

@@ -164,25 +164,26 @@ def _delta_gather(rank, world):
 def _size_gate(rank, world):
     g = qt.stochastic(bits=4, bucket_size=256, seed=5)
     for dtype in DTYPES:
-        count = 1000 + 3  # 4012 or 2006 bytes: below the default gate
-        assert count * torch.tensor([], dtype=dtype).element_size() < qt.DEFAULT_MIN_COMPRESSED_BYTES
+        count = 1000 + 3  # 4012 or 2006 bytes: below the recommended gate
+        gate = qt.RECOMMENDED_MIN_COMPRESSED_BYTES
+        assert count * torch.tensor([], dtype=dtype).element_size() < gate
         x = _shard(rank, count, dtype, seed=3)
         grads = _shard(rank, world * count, dtype, seed=4)
         gated, exact = torch.empty(world * count, dtype=dtype), torch.empty(world * count,
                                                                             dtype=dtype)
-        qt.all_gather_into_tensor(gated, x, g)  # the default gate: uncompressed, exact
+        qt.all_gather_into_tensor(gated, x, g, min_compressed_bytes=gate)  # uncompressed, exact
         qt.all_gather_into_tensor(exact, x, qt.identity(), min_compressed_bytes=0)
         assert torch.equal(gated.view(torch.uint8), exact.view(torch.uint8)), dtype
         squeezed = torch.empty_like(gated)
-        qt.all_gather_into_tensor(squeezed, x, g, min_compressed_bytes=0)  # compressed: not exact
+        qt.all_gather_into_tensor(squeezed, x, g)  # the default: compressed, not exact
         assert not torch.equal(squeezed.view(torch.uint8), exact.view(torch.uint8)), dtype
         for op in ("sum", "avg"):
             out, ref = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
-            qt.reduce_scatter_tensor(out, grads, g, op=op)
+            qt.reduce_scatter_tensor(out, grads, g, op=op, min_compressed_bytes=gate)
             qt.reduce_scatter_tensor(ref, grads, qt.identity(), op=op, min_compressed_bytes=0)
             assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), (dtype, op)
             t, r = grads.clone(), grads.clone()
-            qt.all_reduce(t, g, op=op)
+            qt.all_reduce(t, g, op=op, min_compressed_bytes=gate)
             qt.all_reduce(r, qt.identity(), op=op, min_compressed_bytes=0)
             assert torch.equal(t.view(torch.uint8), r.view(torch.uint8)), (dtype, op)
             _same_on_every_rank(t)
@@ -190,7 +191,7 @@ def _size_gate(rank, world):
     x = torch.zeros(100)
     with pytest.raises(qsdp.Error, match="min_compressed_bytes 0, rank 0 with 32768"):
         qt.all_gather_into_tensor(torch.empty(world * 100), x, g,
-                                  min_compressed_bytes=0 if rank == 1 else None)
+                                  min_compressed_bytes=0 if rank == 1 else 32768)
     with pytest.raises(ValueError, match="min_compressed_bytes is -1; expected 0.."):
         qt.all_reduce(x, g, min_compressed_bytes=-1)
     with pytest.raises(TypeError, match="min_compressed_bytes is 1.5; expected an integer"):

@@ -32,7 +32,7 @@ inline constexpr in_place_case in_place_cases[] = {
     {10000, 1, 0},  // one piece, a short last bucket
     {0, 4, 0},      // three pieces: later pieces are encoded after earlier ones are decoded
     {3, 2, 0},      // fewer values than a bucket
-    {1000, 2, qsdp::default_min_compressed_bytes},  // below the size gate: sent exactly
+    {1000, 2, qsdp::recommended_min_compressed_bytes},  // below the size gate: sent exactly
 };
 
 /// The values per rank of case c for element type T.

@@ -177,11 +177,12 @@ void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op
       comm.workspace().get(plan.uncompressed ? plan.gated.total : plan.scratch.total);
   if (plan.uncompressed) {
     run_gated(comm, plan, op, a, b, count, scratch, where);
-    return;
+  } else {
+    agree_on_call(comm, plan.descriptor, scratch + plan.scratch.descriptors, where);
+    host_steps<Comm, Q, T> steps(comm, q, plan, op, scratch, where);
+    run_collective(steps, q, a, b, count);
   }
-  agree_on_call(comm, plan.descriptor, scratch + plan.scratch.descriptors, where);
-  host_steps<Comm, Q, T> steps(comm, q, plan, op, scratch, where);
-  run_collective(steps, q, a, b, count);
+  comm.workspace().counters.count(plan.uncompressed, count * sizeof(T));
 }
 
 }  // namespace qsdp::detail

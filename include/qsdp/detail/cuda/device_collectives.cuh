@@ -265,6 +265,7 @@ void run_device_collective(Comm& comm, const Q& q, collective_kind kind, reduce_
     device_steps<Comm, Q, T> steps(comm, q, plan, op, scratch, stream, where);
     run_collective(steps, q, a, b, count);
   }
+  comm.state().counters.count(plan.uncompressed, count * sizeof(T));
 }
 
 }  // namespace qsdp::detail::cuda
