@@ -57,14 +57,20 @@ struct options {
   int ranks = 4;
   bool ranks_given = false;
   std::string json;
-  std::size_t min_compressed = qsdp::default_min_compressed_bytes;  // the size gate, per call
-  std::size_t max_pieces = qsdp::default_max_pieces;                // the pipeline, per call
+  std::size_t min_compressed = 0;                     // the size gate, per call
+  std::size_t max_pieces = qsdp::default_max_pieces;  // the pipeline, per call
   // --model: predict instead of measure (alpha-beta network, codec timed here or given).
   bool model = false;
   double link_gbps = 0;   // per-rank link rate, Gbit/s
   double latency_us = 0;  // per message
   double codec_gbps = 0;  // codec throughput (bytes read + written per second / 1e9); 0: measure
   int codec_threads = 0;  // threads sharing the CPU while the codec is timed (0: --ranks)
+  // Many tensors (--tensors N --sizes A..B, or --mix gpt): one call per tensor, a group, one call
+  // over the concatenation; see qsdp_bench_many.hpp.
+  int tensors = 0;
+  std::size_t tensor_min = 4 * 1024, tensor_max = 1024 * 1024;  // bytes per rank, log-spaced
+  std::string mix;                                              // "gpt", or empty
+  bool many() const { return tensors > 0 || !mix.empty(); }
 };
 
 /// Bytes of the packets a rank sends each peer for `count` values: one packet per pipeline piece
@@ -150,12 +156,20 @@ inline const char* help_text =
     "                         delta_gather, gradients for reduce_scatter and all_reduce).\n"
     "  --dtype T              float, bf16 or half (default float).\n"
     "  --min-compressed SIZE  The size gate, call_options::min_compressed_bytes: a call in which\n"
-    "                         each rank sends each peer fewer bytes of values than this "
-    "(all_reduce:\n"
-    "                         the whole buffer) goes uncompressed; 0 compresses every size\n"
-    "                         (default 32K, the library's default).\n"
+    "                         each rank sends each peer fewer bytes of values than this\n"
+    "                         (all_reduce: the whole buffer) goes uncompressed, and its row says\n"
+    "                         \"gated\"; 32K is the recommended gate (default 0, the library's:\n"
+    "                         every size compressed).\n"
     "  --max-pieces N         The pipeline, call_options::max_pieces: pieces per phase, 1 to 64;\n"
     "                         1 runs each phase whole (default 2, the library's default).\n"
+    "Many tensors (all_gather, reduce_scatter; local and mpi):\n"
+    "  --tensors N            N tensors per call, each rank's part log-spaced over --sizes;\n"
+    "                         times one qsdp call per tensor, one qsdp group of them, one qsdp\n"
+    "                         call and the plain exchange over their concatenation.\n"
+    "  --sizes A..B           Bytes per rank of the smallest and largest tensor (4K..1M).\n"
+    "  --mix gpt              Instead of --tensors: the parameters of a 6-layer GPT (width 384,\n"
+    "                         vocabulary 8192, 76 tensors, 13.9 M values), each sharded over the\n"
+    "                         ranks as FSDP shards them.\n"
     "Ranks:\n"
     "  --backend B            local: ranks are threads of this process; mpi: ranks are MPI\n"
     "                         processes (start it with mpirun); nccl: ranks are GPUs, one process\n"
@@ -252,7 +266,20 @@ inline options parse(int argc, char** argv) {
       o.codec_gbps = std::strtod(value.c_str(), nullptr);
     else if (flag == "--codec-threads")
       o.codec_threads = parse_int(value, "--codec-threads", 1, 1024);
-    else
+    else if (flag == "--tensors")
+      o.tensors = parse_int(value, "--tensors", 1, 1 << 16);
+    else if (flag == "--sizes") {
+      const std::size_t dots = value.find("..");
+      if (dots == std::string::npos)
+        usage_error("--sizes " + value + ": expected A..B, e.g. 4K..1M");
+      o.tensor_min = parse_size(value.substr(0, dots), "--sizes");
+      o.tensor_max = parse_size(value.substr(dots + 2), "--sizes");
+      if (o.tensor_min == 0 || o.tensor_min > o.tensor_max)
+        usage_error("--sizes " + value + ": expected 0 < A <= B");
+    } else if (flag == "--mix") {
+      if (value != "gpt") usage_error("--mix " + value + ": expected gpt");
+      o.mix = value;
+    } else
       usage_error("unknown option " + flag);
   }
   if (o.min_bytes > o.max_bytes)
@@ -274,6 +301,10 @@ inline options parse(int argc, char** argv) {
   if (o.op == op_kind::delta_gather && (o.model || o.backend == "nccl"))
     usage_error(std::string("--op delta_gather: ") +
                 (o.model ? "--model has no delta_gather" : "host backends only (local, mpi)"));
+  if (o.many() && (o.model || o.backend == "nccl" ||
+                   (o.op != op_kind::all_gather && o.op != op_kind::reduce_scatter)))
+    usage_error("--tensors and --mix: all_gather or reduce_scatter on a host backend (local, mpi)");
+  if (o.tensors > 0 && !o.mix.empty()) usage_error("--tensors and --mix: one or the other");
   if (o.model && !(o.link_gbps > 0))
     usage_error("--model needs --link-gbps > 0 (the link rate to predict for)");
   if (o.model && (o.latency_us < 0 || o.codec_gbps < 0))
@@ -525,12 +556,12 @@ inline void print_header(const options& o, const std::string& policy, int world)
                       "(dB)", "err", "(us)", "(GB/s)", "(x)"});
 }
 
-/// "3.94x", "1.00x*" (below the size gate), "2.1e-03", "-" (not computed).
+/// "3.94x", or "gated" where the size gate sent the call uncompressed (no compression ratio).
 inline std::string ratio_text(const row& r) {
+  if (r.gated) return "gated";
   char text[32];
-  std::snprintf(text, sizeof text, "%.2fx%s",
-                static_cast<double>(r.plain_wire) / static_cast<double>(r.wire),
-                r.gated ? "*" : "");
+  std::snprintf(text, sizeof text, "%.2fx",
+                static_cast<double>(r.plain_wire) / static_cast<double>(r.wire));
   return text;
 }
 
@@ -568,8 +599,8 @@ inline void print_legend(const options& o, const std::vector<row>& rows) {
       "busbw.\n");
   if (std::any_of(rows.begin(), rows.end(), [](const row& r) { return r.gated; }))
     std::printf(
-        "# *: below the size gate (--min-compressed %zu B of values per peer), so sent "
-        "uncompressed.\n",
+        "# gated: below the size gate (--min-compressed %zu B of values per peer), so sent "
+        "uncompressed, the policy not applied.\n",
         o.min_compressed);
   if (!o.model && o.backend == "local")
     std::printf(
@@ -577,6 +608,20 @@ inline void print_legend(const options& o, const std::vector<row>& rows) {
         "the "
         "times mostly\n# measure the codec; --backend mpi (bench/net/run.sh) or nccl times a "
         "network.\n");
+}
+
+/// The link of the run as JSON: what bench/net/run.sh shaped (QSDP_NET_RATE, QSDP_NET_DELAY), the
+/// model's own, or null.
+inline std::string link_json(const options& o) {
+  const char* rate = std::getenv("QSDP_NET_RATE");
+  const char* delay = std::getenv("QSDP_NET_DELAY");
+  if (o.model)
+    return "{\"rate_gbps\": " + std::to_string(o.link_gbps) +
+           ", \"latency_us\": " + std::to_string(o.latency_us) + "}";
+  if (rate)
+    return std::string("{\"rate\": \"") + rate + "\", \"delay\": \"" + (delay ? delay : "0ms") +
+           "\"}";
+  return "null";
 }
 
 /// One line from the rows: the bytes saved and the error at the largest compressed size, and
@@ -630,16 +675,7 @@ inline void write_json(const std::string& path, const options& o, const std::str
   if (!f)
     throw std::runtime_error("qsdp-bench: cannot write --json " + path + ": " +
                              std::strerror(errno));
-  // bench/net/run.sh exports the link it shaped; the model mode states its own.
-  const char* rate = std::getenv("QSDP_NET_RATE");
-  const char* delay = std::getenv("QSDP_NET_DELAY");
-  std::string link = "null";
-  if (o.model)
-    link = "{\"rate_gbps\": " + std::to_string(o.link_gbps) +
-           ", \"latency_us\": " + std::to_string(o.latency_us) + "}";
-  else if (rate)
-    link =
-        std::string("{\"rate\": \"") + rate + "\", \"delay\": \"" + (delay ? delay : "0ms") + "\"}";
+  const std::string link = link_json(o);
   std::fprintf(
       f,
       "{\"op\": \"%s\", \"quantizer\": \"%s\", \"bits\": %d, \"bucket\": %zu, \"dtype\": \"%s\", "

@@ -29,6 +29,7 @@
 #endif
 
 #include "qsdp_bench.hpp"
+#include "qsdp_bench_many.hpp"
 
 namespace qsdp_bench::host {
 
@@ -286,6 +287,13 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
         o.ranks,
         [&](qsdp::local_communicator& comm) {
           runner<T> r;
+          if (o.many()) {
+            bind_common(r, comm);
+            run_many<T>(o, q, policy, comm, r, [&](const T* s, T* d, std::size_t n) {
+              collective(comm, qsdp::identity{}, o.op, s, d, n, plain_gate);
+            });
+            return;
+          }
           host_buffers<T> buffers;
           drifting_weights<T> weights;
           const bool delta = o.op == op_kind::delta_gather;
@@ -334,6 +342,11 @@ void run_host(const options& o, const Q& q, const std::string& policy) {
     }
     if (rc != MPI_SUCCESS) throw std::runtime_error("qsdp-bench: plain MPI collective failed");
   };
+  if (o.many()) {
+    bind_common(r, comm);
+    run_many<T>(o, q, policy, comm, r, plain);
+    return;
+  }
   bind_host(
       r, comm, buffers,
       [&](const T* s, T* d, std::size_t n) {

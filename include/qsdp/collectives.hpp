@@ -141,9 +141,11 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 /// policy's error), where on its own it would have moved uncompressed. Later calls draw the same
 /// random numbers either way.
 ///
-/// A group runs as one piece: its exchange starts once every call is encoded, and no call's
-/// encoding overlaps another's transfer (call_options::max_pieces still cuts each call's packets
-/// as on its own, so that the bytes match).
+/// On a communicator that overlaps exchanges (qsdp::overlapping_communicator: MPI's, the
+/// in-process one) the group's calls are cut into segments of consecutive calls of at least 256 KiB
+/// of packets, each its own exchange, started once it is encoded, so that encoding, the wire and
+/// decoding overlap as in a single call's pipeline; elsewhere the group is one exchange.
+/// call_options::max_pieces cuts each call's packets as on its own, so that the bytes match.
 /// @param comm this rank's communicator
 /// @throws qsdp::error when groups are nested beyond INT_MAX
 template <communicator Comm>

@@ -13,6 +13,10 @@
 //      all_to_all_bytes of one block per peer (an all_gather's packets copied into each);
 //   4. every call decodes (all_gather) or sums (reduce_scatter) its packets from the blocks.
 //
+// On an overlapping_communicator (MPI's, the in-process one) the calls are cut into segments of
+// consecutive calls, each its own exchange started as soon as it is encoded, so that encoding,
+// the wire and decoding overlap as in a single call's pipeline; the packets are the same.
+//
 // The size gate applies to the group's total: below it every call moves its values in packets of
 // the policy qsdp::identity, which give the bits of a single call that the gate sends uncompressed.
 #pragma once
@@ -246,48 +250,104 @@ void agree_on_group(Comm& comm, const std::vector<std::unique_ptr<group_member>>
                     "different library versions");
 }
 
-/// Runs a group's members in one agreement and one exchange (the file comment).
+/// Consecutive members of a group whose packets move in one exchange, and where they go in the
+/// group's scratch.
+struct group_segment {
+  std::size_t first = 0, end = 0;  // members [first, end)
+  std::size_t block = 0;           // bytes of each rank's block
+  bool scatters = false;           // all_to_all (a reduce_scatter among them), else all_gather
+  std::size_t outgoing = 0, incoming = 0;  // offsets of the segment's blocks in the scratch
+};
+
+/// A segment closes once its blocks hold this many bytes, so that on an overlapping communicator
+/// one segment is encoded while the previous one is on the wire (as a single call's pieces).
+inline constexpr std::size_t group_segment_bytes = min_piece_bytes / 4;
+
+/// Runs a group's members in one agreement and their exchange (the file comment): one exchange of
+/// the whole group, or, on an overlapping_communicator, one per segment of at least
+/// group_segment_bytes, started as soon as the segment is encoded.
 template <class Comm>
 void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> members) {
   const auto world = static_cast<std::size_t>(comm.size());
   std::size_t values = 0;
   for (const auto& m : members) values += m->value_bytes();
   const bool gated = !members.empty() && gated_uncompressed(values, 1, members.front()->gate());
-  std::size_t block = 0, floats = 0;
-  bool scatters = false;
-  for (const auto& m : members) {
-    block += m->block_bytes(gated);
-    floats = std::max(floats, m->accumulator_floats(gated));
-    scatters = scatters || m->scatters();
+  constexpr bool overlaps = overlapping_communicator<Comm>;
+  std::vector<group_segment> segments;
+  std::size_t floats = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (segments.empty() || (overlaps && segments.back().block >= group_segment_bytes))
+      segments.push_back({.first = i, .end = i});
+    group_segment& seg = segments.back();
+    seg.end = i + 1;
+    seg.block += members[i]->block_bytes(gated);
+    seg.scatters = seg.scatters || members[i]->scatters();
+    floats = std::max(floats, members[i]->accumulator_floats(gated));
   }
-  const std::size_t outgoing = align64(world * sizeof(group_descriptor));
-  const std::size_t incoming = outgoing + align64((scatters ? world : 1) * block);
-  const std::size_t accumulator = incoming + align64(world * block);
+  std::size_t bytes = align64(world * sizeof(group_descriptor));
+  for (group_segment& seg : segments) {
+    seg.outgoing = bytes;
+    bytes += align64((seg.scatters ? world : 1) * seg.block);
+    seg.incoming = bytes;
+    bytes += align64(world * seg.block);
+  }
+  const std::size_t accumulator = bytes;
   std::byte* const scratch = comm.workspace().get(accumulator + floats * sizeof(float));
   agree_on_group(comm, members, scratch);
-  if (members.empty()) return;
 
-  std::byte* const out = scratch + outgoing;
-  std::byte* const in = scratch + incoming;
-  std::size_t offset = 0;
-  for (const auto& m : members) {
-    const std::size_t bytes = m->block_bytes(gated);
-    m->encode(out, block, offset, gated);
-    if (scatters && !m->scatters())
-      for (std::size_t peer = 1; peer < world; ++peer)
-        std::memcpy(out + peer * block + offset, out + offset, bytes);
-    offset += bytes;
-  }
-  if (scatters)
-    comm.all_to_all_bytes(out, in, block);
-  else
-    comm.all_gather_bytes(out, in, block);
+  auto encode = [&](const group_segment& seg) {
+    std::byte* const out = scratch + seg.outgoing;
+    std::size_t offset = 0;
+    for (std::size_t i = seg.first; i < seg.end; ++i) {
+      const std::size_t n = members[i]->block_bytes(gated);
+      members[i]->encode(out, seg.block, offset, gated);
+      if (seg.scatters && !members[i]->scatters())
+        for (std::size_t peer = 1; peer < world; ++peer)
+          std::memcpy(out + peer * seg.block + offset, out + offset, n);
+      offset += n;
+    }
+  };
+  auto start = [&](const group_segment& seg) -> exchange_ticket {
+    std::byte* const out = scratch + seg.outgoing;
+    std::byte* const in = scratch + seg.incoming;
+    if constexpr (overlaps) {
+      if (segments.size() > 1)
+        return seg.scatters ? comm.start_all_to_all_bytes(out, in, seg.block)
+                            : comm.start_all_gather_bytes(out, in, seg.block);
+    }
+    if (seg.scatters)
+      comm.all_to_all_bytes(out, in, seg.block);
+    else
+      comm.all_gather_bytes(out, in, seg.block);
+    return {};
+  };
+  auto wait = [&](exchange_ticket ticket) {
+    if constexpr (overlaps)
+      if (segments.size() > 1) comm.wait(ticket);
+  };
   float* const acc = reinterpret_cast<float*>(scratch + accumulator);
-  offset = 0;
-  for (const auto& m : members) {
-    m->finish(in, block, offset, gated, acc);
-    offset += m->block_bytes(gated);
+  auto finish = [&](const group_segment& seg) {
+    std::size_t offset = 0;
+    for (std::size_t i = seg.first; i < seg.end; ++i) {
+      members[i]->finish(scratch + seg.incoming, seg.block, offset, gated, acc);
+      offset += members[i]->block_bytes(gated);
+    }
+  };
+  // Segment s is encoded and started, then segment s - 1 waited for and finished.
+  std::vector<exchange_ticket> tickets(segments.size());
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    encode(segments[s]);
+    tickets[s] = start(segments[s]);
+    if (s > 0) {
+      wait(tickets[s - 1]);
+      finish(segments[s - 1]);
+    }
   }
+  if (!segments.empty()) {
+    wait(tickets.back());
+    finish(segments.back());
+  }
+  for (const auto& m : members) comm.workspace().counters.count(gated, m->value_bytes());
 }
 
 /// Throws when a collective that cannot be grouped is called while a group is open on `comm`.
