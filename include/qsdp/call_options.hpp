@@ -75,7 +75,9 @@ struct call_counters {
   std::uint64_t gated_calls = 0;       ///< calls the size gate sent uncompressed
   std::uint64_t gated_bytes = 0;       ///< their bytes of values
 
-  /// Counts one completed call of `bytes` bytes of values, gated or not.
+  /// Counts one completed call.
+  /// @param gated  true when the size gate sent the call uncompressed
+  /// @param bytes  the call's bytes of values (the gate's measure)
   void count(bool gated, std::uint64_t bytes) noexcept {
     (gated ? gated_calls : compressed_calls) += 1;
     (gated ? gated_bytes : compressed_bytes) += bytes;
