@@ -129,7 +129,8 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 /// runs), and in-place calls keep NCCL's conventions. all_reduce and delta_gather are not grouped:
 /// made while a group is open on the communicator they throw qsdp::error (a qsdp::two_level pair
 /// is not a communicator and takes no group). A call refused when it is recorded (a bad argument,
-/// another gate) is not part of the group, and the group stays open. Host communicators only.
+/// another gate) is not part of the group, and the group stays open. Device communicators have
+/// their own overloads (below, with the device collectives).
 ///
 /// The size gate (call_options::min_compressed_bytes) applies to the group's total: every call of
 /// a group passes the same gate, and when the calls' values add up to fewer bytes per peer than
@@ -328,10 +329,13 @@ void all_reduce(two_level<Node, Cross>& comm, const level_policies<Inside, Acros
 // reported by the next call.
 
 /// Compressed all-gather of device buffers, ordered on `stream` (like ncclAllGather), in place
-/// as the host overload. Not inside an ncclGroupStart()/ncclGroupEnd() of the caller's: the call
-/// enqueues its kernels at once, and the first call of a signature waits on the host for an
-/// exchange NCCL would defer to ncclGroupEnd (it then fails with qsdp::timeout_error after the
-/// communicator's timeout, saying so; NCCL offers no way to detect an open group).
+/// as the host overload. Inside a qsdp group (group_start on a device communicator) the call is
+/// checked and recorded, and runs at group_end. Not inside an ncclGroupStart()/ncclGroupEnd() of
+/// the caller's: the call enqueues its kernels at once, and the first call of a signature waits on
+/// the host for an exchange NCCL would defer to ncclGroupEnd (it then fails with
+/// qsdp::timeout_error after the communicator's timeout, saying so; NCCL offers no way to detect an
+/// open group). qsdp's groups are the answer there: the calls that would go between
+/// ncclGroupStart and ncclGroupEnd go between qsdp::group_start and qsdp::group_end.
 /// @param comm this rank's device communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send this rank's count values in device memory
@@ -346,8 +350,9 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
                 cudaStream_t stream, call_options options = {});
 
 /// Compressed reduce-scatter of device buffers, ordered on `stream` (like ncclReduceScatter): each
-/// value quantized once, summed in fp32 by one fused kernel. In place as the host overload; not
-/// inside the caller's NCCL group (see the device all_gather).
+/// value quantized once, summed in fp32 by one fused kernel. In place as the host overload; inside
+/// a qsdp group recorded and run at group_end; not inside the caller's NCCL group (see the device
+/// all_gather).
 /// @param comm this rank's device communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param send count * comm.size() values in device memory, chunk r for rank r
@@ -364,7 +369,7 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
 
 /// Compressed all-reduce in place on device buffers: reduce_scatter, then all_gather of the reduced
 /// shards (the last padded with zeros), so every rank ends bit-identical. Not inside the caller's
-/// NCCL group (see the device all_gather).
+/// NCCL group (see the device all_gather), nor inside a qsdp group (it throws there).
 /// @param comm this rank's device communicator
 /// @param q the policy (a qsdp::codec_policy), the same on every rank
 /// @param data count values in device memory, replaced by the reduced values
@@ -377,6 +382,47 @@ void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t 
 template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 cudaStream_t stream, call_options options = {});
+
+/// Opens a group on a device communicator, as the host overload and ncclGroupStart do: until the
+/// matching group_end, the device qsdp::all_gather and qsdp::reduce_scatter on `comm` check their
+/// arguments, draw their call indices and return without enqueueing anything; group_end then
+/// enqueues them all on their stream in one agreement and one exchange:
+///
+///     qsdp::group_start(comm);                     // where llm.c has ncclGroupStart()
+///     for (auto& layer : layers)
+///       qsdp::all_gather(comm, w8, layer.shard, layer.full, layer.count, stream);
+///     qsdp::group_end(comm);                       // enqueued here, ordered on `stream`
+///
+/// As on the host: any counts, element types and policies, one size gate applying to the group's
+/// total, the bits of the same calls made one by one whenever the gate decides alike, groups that
+/// nest, NCCL's in-place conventions; all_reduce and delta_gather throw while a group is open. The
+/// calls of a group are ordered on one stream (the first call's; another stream throws when the
+/// call is recorded). The buffers of a recorded call must stay valid until the group's work on the
+/// stream has completed; nothing reads them before group_end.
+///
+/// The ranks agree on a group once per group signature (its calls' descriptors in order), with one
+/// host synchronisation, as single device calls agree once per call signature: later groups of the
+/// same calls wait for nothing on the host and may be captured in a CUDA graph. Where the
+/// communicator's exchanges may run on any stream (NCCL's), a group of more than one call is cut
+/// into segments of at least 256 KiB of packets, each exchanged on the communicator's second stream
+/// while the next is encoded; elsewhere it is one exchange on the stream.
+/// @param comm this rank's device communicator
+/// @throws qsdp::error when groups are nested beyond INT_MAX
+template <device_communicator Comm>
+void group_start(Comm& comm);
+
+/// Closes the group group_start opened on a device communicator; the outermost one enqueues the
+/// group's calls on their stream (group_start) and returns without waiting for them, except on a
+/// group signature's first run, which synchronises once to compare the ranks' group descriptors.
+/// Collective: every rank must record the same calls in the same order.
+/// @param comm this rank's device communicator
+/// @throws qsdp::error when no group is open; on every rank when the ranks' groups differ on the
+///         group signature's first run (the number of calls, or the first call that differs and
+///         how); when a CUDA call fails; for a peer's bad packet seen by an earlier call; a bad
+///         packet in this group is reported by the next call, as for single calls. The group is
+///         closed either way.
+template <device_communicator Comm>
+void group_end(Comm& comm);
 
 // ---- Two levels on device buffers ---------------------------------------------------------------
 // Over a two_level pair of device communicators (two NCCL communicators, say;

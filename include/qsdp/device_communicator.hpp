@@ -23,14 +23,16 @@ namespace qsdp {
 
 /// What the device collectives keep per communicator: the stream-ordered scratch, the channel
 /// through which decoding kernels report a peer's bad packet, the call signatures all ranks have
-/// already agreed on (only a new signature costs a host round trip; see collectives.hpp), and the
-/// second stream on which pipelined calls run their exchanges, and the call counters.
+/// already agreed on (only a new signature costs a host round trip; see collectives.hpp), the
+/// second stream on which pipelined calls run their exchanges, the open group and the call
+/// counters.
 class device_state {
  public:
   detail::cuda::device_workspace workspace;  ///< device scratch, ordered on the callers' streams
   detail::cuda::exchange_lane lane;          ///< the second stream of pipelined calls
   detail::cuda::failure_channel failures;    ///< where decoding kernels report a bad packet
   detail::agreed_signatures agreed;          ///< the call signatures all ranks have agreed on
+  detail::group_state group;                 ///< the group open on the communicator (group_start)
   call_counters counters;                    ///< what the collectives did with the size gate
 };
 

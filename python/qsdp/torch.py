@@ -10,6 +10,8 @@
     qt.all_gather_into_tensor(output, input, w, group=None)
     qt.reduce_scatter_tensor(output, input, g, op="avg", group=None)
     qt.all_reduce(tensor, g, op="sum", group=None)
+    qt.all_gather_into_tensor_coalesced(outputs, inputs, w)   # lists: one agreement, one exchange
+    qt.reduce_scatter_tensor_coalesced(outputs, inputs, g, op="avg")
     handle = qt.fsdp.compress(model, weights=w, grads=g)   # every FSDPModule in model
 
 The collectives take min_compressed_bytes=0 (the size gate, C++'s
@@ -52,7 +54,8 @@ from ._ext import Error
 __all__ = [
     "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
-    "reduce_scatter_tensor", "all_reduce", "DeltaGather", "fsdp", "synchronize",
+    "reduce_scatter_tensor", "all_reduce", "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced", "call_counters", "DeltaGather", "fsdp", "synchronize",
     "cuda_extension", "RECOMMENDED_MIN_COMPRESSED_BYTES",
 ]
 
@@ -524,6 +527,123 @@ def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None, *,
     impl, stream = _collective(q, comm, tensor, where)
     with _on(tensor):
         impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code, *stream, gate)
+
+
+def _policies(policy, n: int, where: str) -> list:
+    """One policy per tensor: `policy` itself n times, or a sequence of n policies."""
+    if isinstance(policy, Policy):
+        return [policy] * n
+    if isinstance(policy, (list, tuple)):
+        if len(policy) != n:
+            raise ValueError(f"{where}: {len(policy)} policies for {n} tensors; expected one "
+                             "policy, or one per tensor")
+        return [_policy(q, where) for q in policy]
+    return [_policy(policy, where)] * n
+
+
+def _tensor_list(tensors, name: str, where: str) -> list:
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{where}: {name} is {type(tensors).__name__}; expected a list of "
+                        "torch.Tensor")
+    return list(tensors)
+
+
+def _coalesced(where: str, outputs, inputs, policy, group, gate, record) -> None:
+    """Checks the lists, then records one call per pair in a qsdp group on the communicator and
+    runs them at its end: one agreement and one exchange for all of them."""
+    outputs = _tensor_list(outputs, "outputs", where)
+    inputs = _tensor_list(inputs, "inputs", where)
+    if len(outputs) != len(inputs):
+        raise ValueError(f"{where}: {len(outputs)} outputs for {len(inputs)} inputs; expected "
+                         "one output per input")
+    policies = _policies(policy, len(inputs), where)
+    gate = _gate(gate, where)
+    if not inputs:
+        return
+    codes = []
+    for i, (out, inp) in enumerate(zip(outputs, inputs)):
+        codes.append(_values(inp, f"inputs[{i}]", where))
+        _values(out, f"outputs[{i}]", where)
+        _same_dtype(inp, f"inputs[{i}]", out, f"outputs[{i}]", where)
+        _same_device(inp, f"inputs[{i}]", inputs[0], "inputs[0]", where)
+        _same_device(out, f"outputs[{i}]", inputs[0], "inputs[0]", where)
+    comm = _communicator(group, where, inputs[0])
+    calls = [(record(i, comm), *_collective(q, comm, inputs[0], where))
+             for i, q in enumerate(policies)]
+    stream = () if not inputs[0].is_cuda else (_stream(inputs[0]),)
+    with _on(inputs[0]):
+        comm.group_start()
+        try:
+            for i, (check, impl, extra) in enumerate(calls):
+                check(impl, codes[i], extra)
+        except BaseException:
+            # The group still runs what was recorded, on every rank: the other ranks' group_end
+            # then fails with the difference instead of waiting for this rank.
+            with contextlib.suppress(Error):
+                comm.group_end(*stream)
+            raise
+        comm.group_end(*stream)
+
+
+def all_gather_into_tensor_coalesced(outputs, inputs, policy, group=None, *,
+                                     min_compressed_bytes=0) -> None:
+    """all_gather_into_tensor over lists of tensors in one agreement and one exchange (a qsdp group,
+    as torch.distributed's coalesced collectives and NCCL's groups): outputs[i] (world x
+    inputs[i].numel() values) gets every rank's inputs[i]. The tensors may differ in size and dtype;
+    all are on one device. `policy` is one policy for every tensor or a list of one per tensor. The
+    size gate applies to the inputs' total bytes: below it every tensor moves uncompressed. Each
+    output gets the bytes of the same single call made in its place, whenever the gate decides
+    alike."""
+    where = "qsdp.torch.all_gather_into_tensor_coalesced"
+
+    def record(i, comm):
+        out, inp = outputs[i], inputs[i]
+        _world_times(out, f"outputs[{i}]", inp, f"inputs[{i}]", comm.size, where)
+
+        def call(impl, code, extra):
+            impl.all_gather(comm, code, inp.data_ptr(), out.data_ptr(), inp.numel(), *extra,
+                            gate)
+        return call
+
+    gate = _gate(min_compressed_bytes, where)
+    _coalesced(where, outputs, inputs, policy, group, gate, record)
+
+
+def reduce_scatter_tensor_coalesced(outputs, inputs, policy, op="avg", group=None, *,
+                                    min_compressed_bytes=0) -> None:
+    """reduce_scatter_tensor over lists of tensors in one agreement and one exchange (a qsdp
+    group): inputs[i] holds world chunks of outputs[i].numel() values, and outputs[i] gets the sum
+    or mean over ranks of this rank's chunk. Sizes and dtypes may differ; one device; `policy` one
+    for all or one per tensor; one op. The size gate applies to the outputs' total bytes."""
+    where = "qsdp.torch.reduce_scatter_tensor_coalesced"
+    op_code = _op_code(op, where)
+
+    def record(i, comm):
+        out, inp = outputs[i], inputs[i]
+        _world_times(inp, f"inputs[{i}]", out, f"outputs[{i}]", comm.size, where)
+
+        def call(impl, code, extra):
+            impl.reduce_scatter(comm, code, inp.data_ptr(), out.data_ptr(), out.numel(), op_code,
+                                *extra, gate)
+        return call
+
+    gate = _gate(min_compressed_bytes, where)
+    _coalesced(where, outputs, inputs, policy, group, gate, record)
+
+
+def call_counters(group=None, device=None) -> dict:
+    """What qsdp's collectives did on `group`'s communicator for `device` (None or "cpu": the host
+    one; a CUDA device: that device's) since it was made: {"compressed_calls", "compressed_bytes",
+    "gated_calls", "gated_bytes"}, bytes of values (what each rank sends each peer uncompressed);
+    a call the size gate sent uncompressed counts as gated."""
+    where = "qsdp.torch.call_counters"
+    probe = None
+    if device is not None and torch.device(device).type == "cuda":
+        probe = torch.empty(0, device=device)
+    comm = _communicator(group, where, probe)
+    compressed_calls, compressed_bytes, gated_calls, gated_bytes = comm.counters
+    return {"compressed_calls": compressed_calls, "compressed_bytes": compressed_bytes,
+            "gated_calls": gated_calls, "gated_bytes": gated_bytes}
 
 
 class DeltaGather:

@@ -120,7 +120,13 @@ NB_MODULE(_ext, m) {
            nb::arg("all_gather"), nb::arg("all_to_all"))
       .def_prop_ro("rank", &group_communicator::rank)
       .def_prop_ro("size", &group_communicator::size)
-      .def_prop_ro("calls", &group_communicator::calls);
+      .def_prop_ro("calls", &group_communicator::calls)
+      .def("group_start", [](group_communicator& c) { qsdp::group_start(c); })
+      .def("group_end", [](group_communicator& c) { qsdp::group_end(c); })
+      .def_prop_ro("counters", [](group_communicator& c) {
+        const qsdp::call_counters& n = c.workspace().counters;
+        return nb::make_tuple(n.compressed_calls, n.compressed_bytes, n.gated_calls, n.gated_bytes);
+      });
 
   nb::class_<policy>(m, "Policy")
       .def_prop_ro("name", &policy::name)

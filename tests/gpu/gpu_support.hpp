@@ -109,4 +109,19 @@ template <class Inside, class Across, class T>
 std::vector<std::vector<T>> nccl_two_level_one_rank(const qsdp::level_policies<Inside, Across>& q,
                                                     const std::vector<T>& x, bool graph_replay);
 
+/// tests/gpu/group_mix.hpp's mix of all_gathers and reduce_scatters (fp32 and bf16; uniform,
+/// stochastic, symmetric, hadamard, random_shift; one in two pipeline pieces; an in-place
+/// all_gather and an in-place reduce_scatter) among `world` ranks of run_local_cuda, one call after
+/// another or in a group, `repeats` times (a group's later runs skip the agreement), then one
+/// all_gather outside any group; returns every rank's outputs of the last run, [rank][call] as
+/// bytes.
+std::vector<std::vector<std::vector<std::byte>>> device_group_mix(int world, bool grouped,
+                                                                  std::size_t min_compressed_bytes,
+                                                                  int repeats = 1);
+
+/// Each rank's qsdp::error message ("" where none) for a misuse of device groups among `world`
+/// ranks of run_local_cuda: "shorter group", "other count", "other stream", "all_reduce in group",
+/// "group_end without start".
+std::vector<std::string> device_group_misuse(int world, const std::string& which);
+
 }  // namespace gpu_test

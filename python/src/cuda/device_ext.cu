@@ -58,6 +58,10 @@ void device_group_communicator::all_to_all_bytes(const std::byte* send, std::byt
   exchange(all_to_all_, send, total, recv, total, stream, "qsdp.torch all_to_all_bytes (device)");
 }
 
+void device_group_communicator::group_start() { qsdp::group_start(*this); }
+
+void device_group_communicator::group_end() { qsdp::group_end(*this); }
+
 std::unique_ptr<device_policy> make_device_identity() {
   return std::make_unique<device_policy_impl<qsdp::identity>>(qsdp::identity{});
 }

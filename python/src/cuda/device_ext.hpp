@@ -57,6 +57,10 @@ class device_group_communicator {
   /// (the collectives also report it at their next call).
   void check_failures(const char* where) { state_.failures.poll(where); }
 
+  /// qsdp::group_start / qsdp::group_end on this communicator (device_ext.cu: they need nvcc).
+  void group_start();
+  void group_end();
+
  private:
   /// Calls `exchange` with `send_bytes` at send (copied out first where it lies inside `recv`)
   /// and `recv_bytes` at recv, after checking that the stream is torch's.

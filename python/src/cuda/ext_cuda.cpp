@@ -81,7 +81,17 @@ NB_MODULE(_ext_cuda, m) {
       .def_prop_ro("device", &device_group_communicator::device)
       .def_prop_ro("calls", &device_group_communicator::calls)
       .def("check_failures",
-           [](device_group_communicator& c) { c.check_failures("qsdp.torch.synchronize"); });
+           [](device_group_communicator& c) { c.check_failures("qsdp.torch.synchronize"); })
+      .def("group_start", &device_group_communicator::group_start)
+      .def("group_end",
+           [](device_group_communicator& c, std::uintptr_t stream) {
+             c.use_stream(stream_from(stream));
+             c.group_end();
+           })
+      .def_prop_ro("counters", [](device_group_communicator& c) {
+        const qsdp::call_counters& n = c.state().counters;
+        return nb::make_tuple(n.compressed_calls, n.compressed_bytes, n.gated_calls, n.gated_bytes);
+      });
 
   nb::class_<device_policy>(m, "DevicePolicy")
       .def_prop_ro("name", &device_policy::name)

@@ -199,19 +199,20 @@ inline group_descriptor describe_group(const std::vector<std::unique_ptr<group_m
 }
 
 /// Agrees on the group: throws on every rank alike when the ranks' groups differ, naming how (the
-/// number of calls, or the first call that differs and the field).
-template <class Comm>
-void agree_on_group(Comm& comm, const std::vector<std::unique_ptr<group_member>>& members,
-                    std::byte* scratch) {
-  const group_descriptor mine = describe_group(members, comm.size());
-  comm.all_gather_bytes(reinterpret_cast<const std::byte*>(&mine), scratch, sizeof mine);
-  const auto world = static_cast<std::size_t>(comm.size());
+/// number of calls, or the first call that differs and the field). gather(mine, n) returns the
+/// world's n bytes (rank r's at r * n) on the host: the transport's (run_group).
+template <class Gather>
+void agree_on_group(const std::vector<std::unique_ptr<group_member>>& members, int world_size,
+                    Gather&& gather) {
+  const group_descriptor mine = describe_group(members, world_size);
+  const auto world = static_cast<std::size_t>(world_size);
+  const std::byte* const all = gather(&mine, sizeof mine);
   group_descriptor first;
-  std::memcpy(&first, scratch, sizeof first);
+  std::memcpy(&first, all, sizeof first);
   bool hashes_differ = false;
   for (std::size_t peer = 0; peer < world; ++peer) {
     group_descriptor theirs;
-    std::memcpy(&theirs, scratch + peer * sizeof theirs, sizeof theirs);
+    std::memcpy(&theirs, all + peer * sizeof theirs, sizeof theirs);
     const std::string rank = "rank " + std::to_string(peer);
     if (theirs.magic != group_magic)
       throw qsdp::error(std::string(group_end_where) + ": ranks disagree: " + rank +
@@ -227,17 +228,17 @@ void agree_on_group(Comm& comm, const std::vector<std::unique_ptr<group_member>>
   if (!hashes_differ) return;
   // Every rank saw the same descriptors, so every rank takes this second exchange.
   const std::size_t bytes = members.size() * sizeof(call_descriptor);
-  std::vector<std::byte> mine_calls(bytes), all(world * bytes);
+  std::vector<std::byte> mine_calls(bytes);
   for (std::size_t m = 0; m < members.size(); ++m)
     std::memcpy(mine_calls.data() + m * sizeof(call_descriptor), members[m]->descriptor(),
                 sizeof(call_descriptor));
-  comm.all_gather_bytes(mine_calls.data(), all.data(), bytes);
+  const std::byte* const calls = gather(mine_calls.data(), bytes);
   for (std::size_t m = 0; m < members.size(); ++m) {
     call_descriptor zero;
-    std::memcpy(&zero, all.data() + m * sizeof zero, sizeof zero);
+    std::memcpy(&zero, calls + m * sizeof zero, sizeof zero);
     for (std::size_t peer = 1; peer < world; ++peer) {
       call_descriptor theirs;
-      std::memcpy(&theirs, all.data() + peer * bytes + m * sizeof theirs, sizeof theirs);
+      std::memcpy(&theirs, calls + peer * bytes + m * sizeof theirs, sizeof theirs);
       const std::string mismatch = describe_mismatch(zero, 0, theirs, static_cast<int>(peer));
       if (!mismatch.empty())
         throw qsdp::error(std::string(group_end_where) + ": ranks disagree on call " +
@@ -259,24 +260,80 @@ struct group_segment {
   std::size_t outgoing = 0, incoming = 0;  // offsets of the segment's blocks in the scratch
 };
 
-/// A segment closes once its blocks hold this many bytes, so that on an overlapping communicator
-/// one segment is encoded while the previous one is on the wire (as a single call's pieces).
+/// A segment closes once its blocks hold this many bytes, so that on an overlapping transport one
+/// segment is encoded while the previous one is on the wire (as a single call's pieces).
 inline constexpr std::size_t group_segment_bytes = min_piece_bytes / 4;
 
-/// Runs a group's members in one agreement and their exchange (the file comment): one exchange of
-/// the whole group, or, on an overlapping_communicator, one per segment of at least
-/// group_segment_bytes, started as soon as the segment is encoded.
+/// The exchanges of a group on a host communicator (run_group's Transport; the device's is in
+/// detail/cuda/device_group.cuh). A Transport provides:
+///   overlaps()                       whether segments may be on the wire while others are encoded
+///   world()                          the communicator's size
+///   agree(members)                   agree_on_group through the transport's gather, where needed
+///   scratch(bytes)                   the group's scratch, 64-byte aligned
+///   replicate(blocks, stride, offset, n)
+///                                    copies bytes [offset, offset + n) of block 0 to the others
+///   start(scatters, out, in, block, alone) -> ticket
+///                                    starts the exchange of one segment (all_to_all of world
+///                                    blocks when it scatters, else all_gather of one); `alone`:
+///                                    the group's only segment
+///   wait(ticket, alone)              the segment's exchange is complete
+///   count(gated, bytes)              the call counters
 template <class Comm>
-void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> members) {
-  const auto world = static_cast<std::size_t>(comm.size());
+class host_group_transport {
+ public:
+  explicit host_group_transport(Comm& comm) : comm_(comm) {}
+
+  static constexpr bool overlaps() { return overlapping_communicator<Comm>; }
+  int world() const { return comm_.size(); }
+  /// Host groups agree at every group_end, as host calls do: one 64-byte exchange.
+  void agree(const std::vector<std::unique_ptr<group_member>>& members) {
+    agree_on_group(members, comm_.size(), [&](const void* mine, std::size_t n) {
+      std::byte* const all = comm_.workspace().get(n * static_cast<std::size_t>(comm_.size()));
+      comm_.all_gather_bytes(static_cast<const std::byte*>(mine), all, n);
+      return static_cast<const std::byte*>(all);
+    });
+  }
+  std::byte* scratch(std::size_t bytes) { return comm_.workspace().get(bytes); }
+  void replicate(std::byte* blocks, std::size_t stride, std::size_t offset, std::size_t n) {
+    for (std::size_t peer = 1; peer < static_cast<std::size_t>(comm_.size()); ++peer)
+      std::memcpy(blocks + peer * stride + offset, blocks + offset, n);
+  }
+  exchange_ticket start(bool scatters, const std::byte* out, std::byte* in, std::size_t block,
+                        bool alone) {
+    if constexpr (overlaps()) {
+      if (!alone)
+        return scatters ? comm_.start_all_to_all_bytes(out, in, block)
+                        : comm_.start_all_gather_bytes(out, in, block);
+    }
+    if (scatters)
+      comm_.all_to_all_bytes(out, in, block);
+    else
+      comm_.all_gather_bytes(out, in, block);
+    return {};
+  }
+  void wait(exchange_ticket ticket, bool alone) {
+    if constexpr (overlaps())
+      if (!alone) comm_.wait(ticket);
+  }
+  void count(bool gated, std::size_t bytes) { comm_.workspace().counters.count(gated, bytes); }
+
+ private:
+  Comm& comm_;
+};
+
+/// Runs a group's members in one agreement and their exchange (the file comment): one exchange of
+/// the whole group, or, where the transport overlaps, one per segment of at least
+/// group_segment_bytes, started as soon as the segment is encoded.
+template <class Transport>
+void run_group(Transport& transport, std::vector<std::unique_ptr<group_member>> members) {
+  const auto world = static_cast<std::size_t>(transport.world());
   std::size_t values = 0;
   for (const auto& m : members) values += m->value_bytes();
   const bool gated = !members.empty() && gated_uncompressed(values, 1, members.front()->gate());
-  constexpr bool overlaps = overlapping_communicator<Comm>;
   std::vector<group_segment> segments;
   std::size_t floats = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
-    if (segments.empty() || (overlaps && segments.back().block >= group_segment_bytes))
+    if (segments.empty() || (transport.overlaps() && segments.back().block >= group_segment_bytes))
       segments.push_back({.first = i, .end = i});
     group_segment& seg = segments.back();
     seg.end = i + 1;
@@ -284,7 +341,7 @@ void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> membe
     seg.scatters = seg.scatters || members[i]->scatters();
     floats = std::max(floats, members[i]->accumulator_floats(gated));
   }
-  std::size_t bytes = align64(world * sizeof(group_descriptor));
+  std::size_t bytes = 0;
   for (group_segment& seg : segments) {
     seg.outgoing = bytes;
     bytes += align64((seg.scatters ? world : 1) * seg.block);
@@ -292,8 +349,8 @@ void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> membe
     bytes += align64(world * seg.block);
   }
   const std::size_t accumulator = bytes;
-  std::byte* const scratch = comm.workspace().get(accumulator + floats * sizeof(float));
-  agree_on_group(comm, members, scratch);
+  transport.agree(members);
+  std::byte* const scratch = transport.scratch(accumulator + floats * sizeof(float));
 
   auto encode = [&](const group_segment& seg) {
     std::byte* const out = scratch + seg.outgoing;
@@ -301,30 +358,11 @@ void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> membe
     for (std::size_t i = seg.first; i < seg.end; ++i) {
       const std::size_t n = members[i]->block_bytes(gated);
       members[i]->encode(out, seg.block, offset, gated);
-      if (seg.scatters && !members[i]->scatters())
-        for (std::size_t peer = 1; peer < world; ++peer)
-          std::memcpy(out + peer * seg.block + offset, out + offset, n);
+      if (seg.scatters && !members[i]->scatters()) transport.replicate(out, seg.block, offset, n);
       offset += n;
     }
   };
-  auto start = [&](const group_segment& seg) -> exchange_ticket {
-    std::byte* const out = scratch + seg.outgoing;
-    std::byte* const in = scratch + seg.incoming;
-    if constexpr (overlaps) {
-      if (segments.size() > 1)
-        return seg.scatters ? comm.start_all_to_all_bytes(out, in, seg.block)
-                            : comm.start_all_gather_bytes(out, in, seg.block);
-    }
-    if (seg.scatters)
-      comm.all_to_all_bytes(out, in, seg.block);
-    else
-      comm.all_gather_bytes(out, in, seg.block);
-    return {};
-  };
-  auto wait = [&](exchange_ticket ticket) {
-    if constexpr (overlaps)
-      if (segments.size() > 1) comm.wait(ticket);
-  };
+  const bool alone = segments.size() == 1;
   float* const acc = reinterpret_cast<float*>(scratch + accumulator);
   auto finish = [&](const group_segment& seg) {
     std::size_t offset = 0;
@@ -333,21 +371,39 @@ void run_host_group(Comm& comm, std::vector<std::unique_ptr<group_member>> membe
       offset += members[i]->block_bytes(gated);
     }
   };
-  // Segment s is encoded and started, then segment s - 1 waited for and finished.
+  // Segment s is encoded and started, then segment s - 1 waited for and finished. An exception
+  // waits for the exchanges still in flight first: they write into the scratch the next call uses.
   std::vector<exchange_ticket> tickets(segments.size());
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    encode(segments[s]);
-    tickets[s] = start(segments[s]);
-    if (s > 0) {
-      wait(tickets[s - 1]);
-      finish(segments[s - 1]);
+  std::size_t started = 0, waited = 0;
+  struct drain {
+    Transport& transport;
+    std::vector<exchange_ticket>& tickets;
+    std::size_t& started;
+    std::size_t& waited;
+    bool alone;
+    ~drain() {
+      for (; waited < started; ++waited) {
+        try {
+          transport.wait(tickets[waited], alone);
+        } catch (...) {  // the first error is the one thrown
+        }
+      }
     }
+  } in_flight{transport, tickets, started, waited, alone};
+  auto wait_and_finish = [&] {
+    const std::size_t s = waited++;  // waited for, even when the wait throws
+    transport.wait(tickets[s], alone);
+    finish(segments[s]);
+  };
+  for (const group_segment& seg : segments) {
+    encode(seg);
+    tickets[started] = transport.start(seg.scatters, scratch + seg.outgoing, scratch + seg.incoming,
+                                       seg.block, alone);
+    ++started;
+    if (started > 1) wait_and_finish();
   }
-  if (!segments.empty()) {
-    wait(tickets.back());
-    finish(segments.back());
-  }
-  for (const auto& m : members) comm.workspace().counters.count(gated, m->value_bytes());
+  if (started > waited) wait_and_finish();
+  for (const auto& m : members) transport.count(gated, m->value_bytes());
 }
 
 /// Throws when a collective that cannot be grouped is called while a group is open on `comm`.
@@ -384,7 +440,8 @@ void group_end(Comm& comm) {
   // The group is closed before it runs, so that a failure leaves the communicator usable.
   std::vector<std::unique_ptr<detail::group_member>> members = std::move(group.members);
   group.members.clear();
-  detail::run_host_group(comm, std::move(members));
+  detail::host_group_transport<Comm> transport(comm);
+  detail::run_group(transport, std::move(members));
 }
 
 }  // namespace qsdp

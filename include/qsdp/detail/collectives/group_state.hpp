@@ -44,10 +44,12 @@ class group_member {
 };
 
 /// The group a communicator has open: how deep group_start calls nest (only the outermost
-/// group_end runs the group, as NCCL's) and the members in call order.
+/// group_end runs the group, as NCCL's), the members in call order, and on a device communicator
+/// the stream they are ordered on (a cudaStream_t, the first member's).
 struct group_state {
   int depth = 0;
   std::vector<std::unique_ptr<group_member>> members;
+  void* stream = nullptr;
   bool open() const noexcept { return depth > 0; }
 };
 

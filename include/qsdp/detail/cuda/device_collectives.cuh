@@ -31,54 +31,11 @@
 #include "../collectives/pipeline.hpp"
 #include "../collectives/plan.hpp"
 #include "../transport/cuda_runtime.hpp"
+#include "device_call.cuh"
 #include "device_codec.cuh"
+#include "device_group.cuh"
 
 namespace qsdp::detail::cuda {
-
-/// The stream's device is the communicator's and both buffers (count values, not overlapping
-/// unless equal) are device memory there; returns the device.
-template <class Comm>
-int check_device_buffers(Comm& comm, const void* a, const char* a_name, const void* b,
-                         const char* b_name, std::size_t count, cudaStream_t stream,
-                         const char* where) {
-  const int device = stream_device(stream, where);
-  if (device != comm.device())
-    throw qsdp::error(std::string(where) + ": the stream belongs to device " +
-                      std::to_string(device) + ", the communicator to device " +
-                      std::to_string(comm.device()));
-  check_buffers(a, a_name, b, b_name, count, where);
-  if (count > 0) {
-    require_device_pointer(a, a_name, device, where);
-    require_device_pointer(b, b_name, device, where);
-  }
-  return device;
-}
-
-/// Argument checks shared by the device collectives.
-template <class Comm, class Q, class T>
-void check_device_collective(Comm& comm, const Q& q, const void* a, const char* a_name,
-                             const void* b, const char* b_name, std::size_t count,
-                             cudaStream_t stream, const char* where) {
-  require_policy<Q>();
-  require_device_element<T>();
-  check_bucket_size(q, where);
-  check_count(count, where);
-  check_world(comm.size(), where);
-  check_device_buffers(comm, a, a_name, b, b_name, count, stream, where);
-  comm.state().failures.poll(where,
-                             "the packet from rank");  // a bad packet seen by an earlier call
-}
-
-/// The first call of a signature checks on the host that every rank made it, which a CUDA graph
-/// capture cannot contain: refuse it there, with what to do instead.
-inline void refuse_first_call_in_capture(cudaStream_t stream, const char* where) {
-  if (capturing(stream, where))
-    throw qsdp::error(
-        std::string(where) +
-        ": the first call with these arguments checks on the host that every rank made the "
-        "same call, which cannot happen inside CUDA graph capture; make the call once "
-        "before capturing it");
-}
 
 /// The descriptor agreement, once per call signature (see the file comment). `scratch` holds
 /// world + 1 descriptors of device memory (plan_scratch's descriptor section).
@@ -119,7 +76,8 @@ class device_steps {
         stream_(stream),
         where_(where),
         plan_(plan),
-        scratch_(scratch) {
+        scratch_(scratch),
+        exchanges_(comm, stream, plan.pieces.count > 1, where) {
     call_counter_ = comm.state().workspace.call_counter(plan_.calls[0], stream, where);
   }
 
@@ -135,22 +93,17 @@ class device_steps {
     const rng_key phase{key.seed, key.call - plan_.calls[0], key.stream};
     launch_encode(q_, src, count, packet, rng_source(phase, call_counter_), stream_, where_);
   }
-  /// The exchanges. A call of one piece orders them on the caller's stream. A call in pieces runs
-  /// them on the communicator's second stream (exchange_lane), after an event recorded behind the
-  /// encode that wrote the packets; wait() makes the caller's stream wait for the event recorded
-  /// behind the exchange, so the next piece's encode runs while this one is on the wire.
+  /// The exchanges (lane_exchanges): a call of one piece orders them on the caller's stream, a call
+  /// in pieces on the communicator's second stream where it allows it, so that the next piece's
+  /// encode runs while this one is on the wire.
   using ticket = exchange_ticket;
   ticket start_all_gather(const std::byte* send, std::byte* recv, std::size_t n) {
-    return start([&](cudaStream_t on) { comm_.all_gather_bytes(send, recv, n, on); });
+    return exchanges_.start([&](cudaStream_t on) { comm_.all_gather_bytes(send, recv, n, on); });
   }
   ticket start_all_to_all(const std::byte* send, std::byte* recv, std::size_t n) {
-    return start([&](cudaStream_t on) { comm_.all_to_all_bytes(send, recv, n, on); });
+    return exchanges_.start([&](cudaStream_t on) { comm_.all_to_all_bytes(send, recv, n, on); });
   }
-  void wait(ticket t) {
-    if (overlaps())
-      check(cudaStreamWaitEvent(stream_, lane_event(2 * t.id + 1), 0), "cudaStreamWaitEvent",
-            where_);
-  }
+  void wait(ticket t) { exchanges_.wait(t); }
   void progress() {}  // the GPU and NCCL move on by themselves
 
   /// Rank r's packet to recv + r * stride; a bad header decodes to NaN and is reported, naming r,
@@ -186,42 +139,6 @@ class device_steps {
   void finish() { launch_advance_calls(call_counter_, plan_.call_indices, stream_, where_); }
 
  private:
-  /// Whether this call runs its exchanges on the lane: it has pieces, and the communicator's
-  /// exchanges may run on any stream (device_communicator's exchanges_on_any_stream).
-  bool overlaps() const {
-    if constexpr (requires { Comm::exchanges_on_any_stream; })
-      return Comm::exchanges_on_any_stream && plan_.pieces.count > 1;
-    else
-      return false;
-  }
-  exchange_lane& lane() { return comm_.state().lane; }
-  cudaStream_t lane_stream() { return lane().stream(comm_.device(), where_); }
-  cudaEvent_t lane_event(std::size_t i) { return lane().event(i, comm_.device(), where_); }
-
-  /// Runs exchange(stream) on the caller's stream (one piece) or on the lane, which first waits for
-  /// what the caller's stream has queued up to now (the encode of the packets) and then marks the
-  /// exchange's end for wait().
-  template <class Exchange>
-  ticket start(Exchange&& exchange) {
-    if (!overlaps()) {
-      exchange(stream_);
-      return {};
-    }
-    const ticket t{next_ticket_++};
-    const cudaEvent_t encoded = lane_event(2 * t.id), exchanged = lane_event(2 * t.id + 1);
-    check(cudaEventRecord(encoded, stream_), "cudaEventRecord", where_);
-    check(cudaStreamWaitEvent(lane_stream(), encoded, 0), "cudaStreamWaitEvent", where_);
-    try {
-      exchange(lane_stream());
-    } catch (...) {  // join the lane back all the same: a capture must not end with it forked
-      (void)cudaEventRecord(exchanged, lane_stream());
-      (void)cudaStreamWaitEvent(stream_, exchanged, 0);
-      throw;
-    }
-    check(cudaEventRecord(exchanged, lane_stream()), "cudaEventRecord", where_);
-    return t;
-  }
-
   device_report* report() {
     return comm_.state().failures.device_record(where_, describe_bad_header);
   }
@@ -234,7 +151,7 @@ class device_steps {
   const collective_call& plan_;
   std::byte* scratch_;
   std::uint64_t* call_counter_ = nullptr;
-  std::uint64_t next_ticket_ = 0;  // this call's exchanges on the lane
+  lane_exchanges<Comm> exchanges_;
 };
 
 /// Every device collective: checks the arguments, plans the call (drawing its call indices), takes
@@ -248,6 +165,7 @@ template <class Comm, class Q, class T>
 void run_device_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
                            T* b, std::size_t count, call_options options, cudaStream_t stream,
                            const char* where, std::uint32_t stream_base = 0) {
+  refuse_in_device_group(comm, where);
   const bool in_place = kind == collective_kind::all_reduce;
   check_device_collective<Comm, Q, T>(comm, q, a, in_place ? "data" : "send", b,
                                       in_place ? "data" : "recv", count, stream, where);
@@ -275,17 +193,27 @@ namespace qsdp {
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 cudaStream_t stream, call_options options) {
+  constexpr const char* where = "qsdp::all_gather (device)";
+  if (comm.state().group.open()) {
+    detail::cuda::record_in_device_group(comm, q, detail::collective_kind::all_gather,
+                                         reduce_op::sum, send, recv, count, options, stream, where);
+    return;
+  }
   detail::cuda::run_device_collective(comm, q, detail::collective_kind::all_gather, reduce_op::sum,
-                                      send, recv, count, options, stream,
-                                      "qsdp::all_gather (device)");
+                                      send, recv, count, options, stream, where);
 }
 
 template <device_communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     cudaStream_t stream, call_options options) {
+  constexpr const char* where = "qsdp::reduce_scatter (device)";
+  if (comm.state().group.open()) {
+    detail::cuda::record_in_device_group(comm, q, detail::collective_kind::reduce_scatter, op, send,
+                                         recv, count, options, stream, where);
+    return;
+  }
   detail::cuda::run_device_collective(comm, q, detail::collective_kind::reduce_scatter, op, send,
-                                      recv, count, options, stream,
-                                      "qsdp::reduce_scatter (device)");
+                                      recv, count, options, stream, where);
 }
 
 template <device_communicator Comm, class Q, class T>

@@ -145,6 +145,7 @@ void delta_gather<T>::all_gather(Comm& comm, const Q& q, const T* shard, T* full
                                  cudaStream_t stream) {
   constexpr const char* where = "qsdp::delta_gather::all_gather (device)";
   detail::cuda::require_device_element<T>();
+  detail::cuda::refuse_in_device_group(comm, where);
   if (comm.size() != world_)
     throw qsdp::error(std::string(where) + ": communicator has " + std::to_string(comm.size()) +
                       " ranks; this delta_gather was made for world " + std::to_string(world_));
