@@ -307,6 +307,11 @@ TEST_CASE("ranks that disagree on a group all throw, and can go on") {
         [&](qsdp::local_communicator& comm) { grouped(comm, comm.rank() == 1 ? 1 : 2, 64); },
         "rank 1's group holds 1 calls, rank 0's 2");
   }
+  SUBCASE("one rank's group is empty") {
+    expect_every_rank_throws(
+        [&](qsdp::local_communicator& comm) { grouped(comm, comm.rank() == 1 ? 0 : 2, 64); },
+        "rank 1's group holds 0 calls, rank 0's 2");
+  }
   SUBCASE("one rank's member has another count") {
     expect_every_rank_throws(
         [&](qsdp::local_communicator& comm) { grouped(comm, 2, comm.rank() == 2 ? 65 : 64); },

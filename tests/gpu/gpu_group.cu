@@ -112,6 +112,10 @@ std::vector<std::string> device_group_misuse(int world, const std::string& which
         qsdp::all_gather(comm, q, s, d, 1024, comm.stream());
         if (r != 0) qsdp::reduce_scatter(comm, q, s, d, 512, qsdp::reduce_op::sum, comm.stream());
         qsdp::group_end(comm);
+      } else if (which == "empty group") {  // rank 0 records nothing
+        qsdp::group_start(comm);
+        if (r != 0) qsdp::all_gather(comm, q, s, d, 1024, comm.stream());
+        qsdp::group_end(comm);
       } else if (which == "other count") {  // the last rank's second call has another count
         qsdp::group_start(comm);
         qsdp::all_gather(comm, q, s, d, 1024, comm.stream());

@@ -120,8 +120,8 @@ std::vector<std::vector<std::vector<std::byte>>> device_group_mix(int world, boo
                                                                   int repeats = 1);
 
 /// Each rank's qsdp::error message ("" where none) for a misuse of device groups among `world`
-/// ranks of run_local_cuda: "shorter group", "other count", "other stream", "all_reduce in group",
-/// "group_end without start".
+/// ranks of run_local_cuda: "shorter group", "empty group", "other count", "other stream",
+/// "all_reduce in group", "group_end without start".
 std::vector<std::string> device_group_misuse(int world, const std::string& which);
 
 }  // namespace gpu_test

@@ -69,6 +69,8 @@ TEST_CASE("a device group gives the bits of its calls made alone and of the host
 TEST_CASE("ranks whose device groups differ all throw, naming the difference") {
   for (const auto& e : gpu_test::device_group_misuse(3, "shorter group"))
     CHECK(e.find("group holds") != std::string::npos);
+  for (const auto& e : gpu_test::device_group_misuse(3, "empty group"))
+    CHECK(e.find("rank 1's group holds 1 calls, rank 0's 0") != std::string::npos);
   for (const auto& e : gpu_test::device_group_misuse(3, "other count")) {
     CHECK(e.find("call 1 of the group") != std::string::npos);
     CHECK(e.find("count") != std::string::npos);

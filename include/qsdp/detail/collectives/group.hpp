@@ -349,7 +349,9 @@ void run_group(Transport& transport, std::vector<std::unique_ptr<group_member>> 
     bytes += align64(world * seg.block);
   }
   const std::size_t accumulator = bytes;
+  // An empty group agrees too: a rank whose group is empty must not leave the others waiting.
   transport.agree(members);
+  if (members.empty()) return;
   std::byte* const scratch = transport.scratch(accumulator + floats * sizeof(float));
 
   auto encode = [&](const group_segment& seg) {
@@ -418,28 +420,44 @@ void refuse_in_group(Comm& comm, const char* where) {
 
 }  // namespace qsdp::detail
 
-namespace qsdp {
+namespace qsdp::detail {
 
-template <communicator Comm>
-void group_start(Comm& comm) {
-  detail::group_state& group = comm.workspace().group;
+/// group_start's bookkeeping, the same on every communicator: one level deeper.
+inline void open_group(group_state& group) {
   if (group.depth == std::numeric_limits<int>::max())
     throw qsdp::error("qsdp::group_start: groups nested " + std::to_string(group.depth) +
                       " deep; expected a group_end for each group_start");
   ++group.depth;
 }
 
-template <communicator Comm>
-void group_end(Comm& comm) {
-  detail::group_state& group = comm.workspace().group;
+/// group_end's bookkeeping: one level up; the outermost level hands its members over to run
+/// (the group is closed before it runs, so that a failure leaves the communicator usable), inner
+/// levels hand over nothing.
+inline std::vector<std::unique_ptr<group_member>> close_group(group_state& group) {
   if (!group.open())
     throw qsdp::error(
         "qsdp::group_end: no group is open on this communicator; expected a qsdp::group_start "
         "before it");
-  if (--group.depth > 0) return;
-  // The group is closed before it runs, so that a failure leaves the communicator usable.
-  std::vector<std::unique_ptr<detail::group_member>> members = std::move(group.members);
+  if (--group.depth > 0) return {};
+  std::vector<std::unique_ptr<group_member>> members = std::move(group.members);
   group.members.clear();
+  return members;
+}
+
+}  // namespace qsdp::detail
+
+namespace qsdp {
+
+template <communicator Comm>
+void group_start(Comm& comm) {
+  detail::open_group(comm.workspace().group);
+}
+
+template <communicator Comm>
+void group_end(Comm& comm) {
+  detail::group_state& group = comm.workspace().group;
+  std::vector<std::unique_ptr<detail::group_member>> members = detail::close_group(group);
+  if (group.open()) return;  // an inner group: the outermost one runs
   detail::host_group_transport<Comm> transport(comm);
   detail::run_group(transport, std::move(members));
 }

@@ -15,7 +15,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -231,28 +230,19 @@ namespace qsdp {
 
 template <device_communicator Comm>
 void group_start(Comm& comm) {
-  detail::group_state& group = comm.state().group;
-  if (group.depth == std::numeric_limits<int>::max())
-    throw qsdp::error("qsdp::group_start: groups nested " + std::to_string(group.depth) +
-                      " deep; expected a group_end for each group_start");
-  ++group.depth;
+  detail::open_group(comm.state().group);
 }
 
 template <device_communicator Comm>
 void group_end(Comm& comm) {
   detail::group_state& group = comm.state().group;
-  if (!group.open())
-    throw qsdp::error(
-        "qsdp::group_end: no group is open on this communicator; expected a qsdp::group_start "
-        "before it");
-  if (--group.depth > 0) return;
-  // The group is closed before it runs, so that a failure leaves the communicator usable.
-  std::vector<std::unique_ptr<detail::group_member>> members = std::move(group.members);
-  group.members.clear();
   const auto stream = static_cast<cudaStream_t>(group.stream);
+  std::vector<std::unique_ptr<detail::group_member>> members = detail::close_group(group);
+  if (group.open()) return;  // an inner group: the outermost one runs
   group.stream = nullptr;
-  if (members.empty()) return;
   comm.state().failures.poll(detail::group_end_where, "the packet from rank");
+  // An empty group has no stream of its own: its agreement (once) runs on a stream of the
+  // communicator's device (detail::cuda::device_gather).
   detail::cuda::device_group_transport<Comm> transport(comm, stream, members.size() > 1);
   detail::run_group(transport, std::move(members));
 }
