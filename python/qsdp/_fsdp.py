@@ -12,10 +12,14 @@ weights and reduce-scatter of gradients.
 compress installs a custom all-gather and reduce-scatter (FSDPModule.set_custom_all_gather /
 set_custom_reduce_scatter) on every FSDPModule in `model`; either policy may be None, which leaves
 that collective to FSDP. FSDP hands each one flat buffer per parameter group. A float32, bfloat16 or
-float16 buffer goes through qsdp.torch's collectives; a buffer qsdp cannot quantize (the uint8
-buffer FSDP makes when a group's parameters have different dtypes) goes through torch.distributed
-uncompressed and is counted as such in stats() ("fallback_calls"), never silently; so is a buffer
-below the size gate (min_compressed_bytes, "gated_calls"), which qsdp sends exactly. Reduce ops: SUM
+float16 buffer goes through qsdp.torch's collectives. When a group's parameters are gathered in
+different dtypes (fp32 norms beside bf16 weights, say), FSDP packs them into one uint8 buffer; the
+hook splits it back into its tensors (from the group's parameters) and gathers them all in one
+coalesced call (qsdp.torch.all_gather_into_tensor_coalesced), each in its dtype. A buffer qsdp
+cannot quantize or split (another dtype, a tensor subclass with its own all-gather inputs) goes
+through torch.distributed uncompressed and is counted as such in stats() ("fallback_calls"), never
+silently; so is a buffer below the size gate (min_compressed_bytes, "gated_calls"), which qsdp sends
+exactly. Reduce ops: SUM
 and AVG (FSDP's choice for float32 and bfloat16 gradients, and its pre/post-divided SUM for float16);
 a PREMUL_SUM (set_gradient_divide_factor with a factor other than the world size) raises.
 
@@ -78,6 +82,7 @@ class _Collectives:
     delta_gather: Callable[..., Any]
     compressed_size: Callable[..., int]
     all_gather_into_tensor: Callable[..., Any]
+    all_gather_into_tensor_coalesced: Callable[..., Any]
     reduce_scatter_tensor: Callable[..., Any]
     sends_uncompressed: Callable[..., bool]
     gate: Callable[..., int]
@@ -89,9 +94,10 @@ class _AllGather:
     one per FSDP module, so per parameter group)."""
 
     def __init__(self, qt: _Collectives, policy, counter: _Counter, deltas: bool,
-                 min_compressed_bytes):
+                 min_compressed_bytes, module):
         self.qt, self.policy, self.counter, self.deltas = qt, policy, counter, deltas
         self.min_compressed_bytes = min_compressed_bytes
+        self.module = module
         self.delta = None
 
     def allocate(self, size, *, dtype, device):
@@ -130,10 +136,59 @@ class _AllGather:
             else:
                 c.bytes += qt.compressed_size(self.policy, input_tensor.numel(),
                                               input_tensor.dtype)
+        elif (parts := self._parts(input_tensor)) is not None:
+            self._gather_parts(output_tensor, input_tensor, group, parts)
         else:
             dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
             c.bytes += _bytes(input_tensor)
             c.fallback_calls += 1
+
+    def _parts(self, input_tensor):
+        """The (byte offset, values, dtype) of each tensor FSDP packed into a uint8 all-gather
+        buffer, from the module's parameter group, or None where that cannot be known for certain
+        (then the buffer falls back, counted)."""
+        if input_tensor.dtype != torch.uint8:
+            return None
+        try:
+            group = self.module._get_fsdp_state()._fsdp_param_group
+            inputs = []
+            for p in group.fsdp_params:
+                if hasattr(p._sharded_local_tensor, "fsdp_pre_all_gather"):
+                    return None  # a tensor subclass's own inputs: not ours to reinterpret
+                inputs.extend(p.all_gather_inputs)
+        except (AttributeError, AssertionError, RuntimeError):
+            return None
+        parts, offset = [], 0
+        for t in inputs:
+            if t.dtype not in _QUANTIZABLE:
+                return None
+            parts.append((offset, t.numel(), t.dtype))
+            offset += t.numel() * t.element_size()
+        return parts if offset == input_tensor.numel() else None
+
+    def _gather_parts(self, output_tensor, input_tensor, group, parts):
+        """One coalesced all-gather of the buffer's tensors, each in its own dtype, written back
+        into FSDP's uint8 layout (rank r's bytes at r x the input's bytes)."""
+        qt, c = self.qt, self.counter
+        world = group.size()
+        inputs, outputs = [], []
+        for offset, n, dtype in parts:
+            size = n * torch.tensor([], dtype=dtype).element_size()
+            # a copy: the part's bytes need not be aligned for its dtype
+            inputs.append(input_tensor[offset:offset + size].clone().view(dtype))
+            outputs.append(torch.empty(world * n, dtype=dtype, device=input_tensor.device))
+        gate = self.min_compressed_bytes
+        qt.all_gather_into_tensor_coalesced(outputs, inputs, self.policy, group=group,
+                                            min_compressed_bytes=gate)
+        rows = output_tensor.view(world, -1)
+        for (offset, n, dtype), out in zip(parts, outputs):
+            gathered = out.view(world, n).view(torch.uint8)
+            rows[:, offset:offset + gathered.shape[1]].copy_(gathered)
+        if qt.gate(gate, "qsdp.torch.fsdp") > input_tensor.numel():
+            c.bytes += _bytes(input_tensor)
+            c.gated_calls += 1
+        else:
+            c.bytes += sum(qt.compressed_size(self.policy, n, dtype) for _, n, dtype in parts)
 
 
 class _ReduceScatter:
@@ -230,7 +285,7 @@ class FsdpHooks:
         for m in modules:
             if weights is not None:
                 m.set_custom_all_gather(
-                    _AllGather(qt, weights, gathered, bool(weight_deltas), gate))
+                    _AllGather(qt, weights, gathered, bool(weight_deltas), gate, m))
             if grads is not None:
                 m.set_custom_reduce_scatter(_ReduceScatter(qt, grads, reduced, gate))
         return Handle(modules, gathered, reduced)

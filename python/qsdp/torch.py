@@ -715,5 +715,6 @@ class DeltaGather:
 fsdp = _fsdp.FsdpHooks(policy_type=Policy, delta_gather=DeltaGather,
                        compressed_size=compressed_size,
                        all_gather_into_tensor=all_gather_into_tensor,
+                       all_gather_into_tensor_coalesced=all_gather_into_tensor_coalesced,
                        reduce_scatter_tensor=reduce_scatter_tensor,
                        sends_uncompressed=_sends_uncompressed, gate=_gate)

@@ -118,6 +118,34 @@ def test_device_collectives_equal_host_collectives():
     run_ranks(4, _device_collectives_equal_host, timeout=300)
 
 
+def _device_coalesced_equal_host(rank, world):
+    # A coalesced call is a device group: its outputs are the host group's, byte for byte.
+    sizes = [(1000, torch.float32), (4096 + 7, torch.bfloat16), (300, torch.float16)]
+    inputs = [_data(n, dtype, seed=rank + i) for i, (n, dtype) in enumerate(sizes)]
+    grads = [_data(world * n, dtype, seed=20 + rank + i) for i, (n, dtype) in enumerate(sizes)]
+    results = {}
+    for where in ("cpu", "cuda"):
+        group = dist.new_group()  # call indices from 0 on both sides
+        w = [qt.random_shift(bits=8, bucket_size=128, seed=1), qt.uniform(bits=4),
+             qt.stochastic(bits=6, seed=2)]
+        g = qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=3))
+        gathered = [torch.empty(world * n, dtype=dtype, device=where) for n, dtype in sizes]
+        qt.all_gather_into_tensor_coalesced(gathered, [x.to(where) for x in inputs], w,
+                                            group=group)
+        reduced = [torch.empty(n, dtype=dtype, device=where) for n, dtype in sizes]
+        qt.reduce_scatter_tensor_coalesced(reduced, [x.to(where) for x in grads], g, op="avg",
+                                           group=group)
+        results[where] = [t.cpu() for t in gathered + reduced]
+    for h, d in zip(results["cpu"], results["cuda"]):
+        assert torch.equal(h.view(torch.uint8), d.view(torch.uint8))
+    qt.synchronize()
+    dist.barrier()
+
+
+def test_device_coalesced_calls_equal_host_ones():
+    run_ranks(4, _device_coalesced_equal_host, timeout=300)
+
+
 def _nccl_world_of_one(rank, world):
     # The NCCL path proper needs a GPU per rank; a world of one still runs it end to end.
     nccl = dist.new_group([0], backend="nccl")

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """qt.fsdp.compress on FSDP2 (fully_shard) over 4 gloo processes: the hooks run, bytes fall about 4x
-at 8 bits, training follows the uncompressed run, a mixed-dtype buffer goes uncompressed and is
-counted, and bad arguments raise."""
+at 8 bits, training follows the uncompressed run, a mixed-dtype buffer is split into its tensors
+and compressed, small buffers are gated and counted, and bad arguments raise."""
 import pytest
 import torch
 import torch.distributed as dist
@@ -85,25 +85,44 @@ def _four_bit_training(rank, world):
 class _Mixed(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.linear = torch.nn.Linear(16, 16)
+        self.linear = torch.nn.Linear(256, 256)
         # frozen and of another dtype (FSDP takes mixed dtypes only among frozen parameters): the
         # group's all-gather buffer is then uint8
-        self.scale = torch.nn.Parameter(torch.ones(16, dtype=torch.bfloat16), requires_grad=False)
+        self.scale = torch.nn.Parameter(torch.ones(256, dtype=torch.bfloat16),
+                                        requires_grad=False)
 
     def forward(self, x):
         return self.linear(x) * self.scale.float()
 
 
-def _mixed_dtypes_go_uncompressed(rank, world):
+def _mixed_dtypes_are_split_and_compressed(rank, world):
+    torch.manual_seed(0)
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
+    reference = _Mixed()
+    fully_shard(reference, mesh=init_device_mesh("cpu", (world,)))
+    exact = reference(x)
     torch.manual_seed(0)
     model = _Mixed()
     fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
-    handle = qt.fsdp.compress(model, weights=qt.stochastic(bits=8))
-    model(torch.randn(4, 16)).sum().backward()
+    # The group's buffer is uint8 (fp32 linear, bf16 scale): the hook splits it into its tensors
+    # and gathers them in one coalesced call, each in its dtype, compressed.
+    handle = qt.fsdp.compress(model, weights=qt.stochastic(bits=8), min_compressed_bytes=0)
+    out = model(x)
+    out.sum().backward()
     s = handle.stats()["all_gather"]
-    assert s["calls"] >= 1 and s["fallback_calls"] == s["calls"], s
-    assert s["bytes"] == s["uncompressed_bytes"], s
+    assert s["calls"] >= 1 and s["fallback_calls"] == 0 and s["gated_calls"] == 0, s
+    assert s["bytes"] < 0.5 * s["uncompressed_bytes"], s
+    assert not torch.equal(out, exact)  # quantized ...
+    assert torch.allclose(out, exact, atol=0.05), (out - exact).abs().max()  # ... and close
     assert handle.stats()["reduce_scatter"]["calls"] == 0  # grads=None: left to FSDP
+    # Below the size gate the parts move exactly, counted as gated.
+    torch.manual_seed(0)
+    model = _Mixed()
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    handle = qt.fsdp.compress(model, weights=qt.stochastic(bits=8), min_compressed_bytes=1 << 20)
+    assert torch.equal(model(x), exact)
+    s = handle.stats()["all_gather"]
+    assert s["gated_calls"] == s["calls"] >= 1 and s["fallback_calls"] == 0, s
 
 
 def _small_buffers_are_gated(rank, world):
@@ -143,8 +162,8 @@ def test_fsdp_training_with_4_bit_weight_deltas_and_rotated_gradients():
     run_ranks(4, _four_bit_training, timeout=300)
 
 
-def test_a_mixed_dtype_buffer_goes_uncompressed_and_is_counted():
-    run_ranks(4, _mixed_dtypes_go_uncompressed)
+def test_a_mixed_dtype_buffer_is_split_into_its_tensors_and_compressed():
+    run_ranks(4, _mixed_dtypes_are_split_and_compressed)
 
 
 def test_buffers_below_the_size_gate_go_exactly_and_are_counted():
