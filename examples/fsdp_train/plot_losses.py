@@ -7,6 +7,7 @@
 Draws the validation loss (solid) and the training loss (dotted) against the step. Needs matplotlib.
 """
 import csv
+import math
 import sys
 from pathlib import Path
 
@@ -33,8 +34,12 @@ def main(argv):
             continue
         steps = [int(r["step"]) for r in rows]
         label = Path(name).stem.replace("_", " ")
-        lowest = min([lowest] + [float(r[k]) for r in rows for k in ("val", "train")])
-        line, = ax.plot(steps, [float(r["val"]) for r in rows], label=label)
+        # A CSV with the training loss at every step has the validation loss at some (nan at the
+        # others): the validation curve joins the steps that have one.
+        evaluated = [(int(r["step"]), float(r["val"])) for r in rows
+                     if not math.isnan(float(r["val"]))]
+        lowest = min([lowest] + [float(r["train"]) for r in rows] + [v for _, v in evaluated])
+        line, = ax.plot([s for s, _ in evaluated], [v for _, v in evaluated], label=label)
         ax.plot(steps, [float(r["train"]) for r in rows], ":", color=line.get_color())
     # A run that diverges (losses of tens of nats) would flatten every other curve: the axis stops
     # just above the uniform guess, ln 96 = 4.56 nats, and such a run leaves the top of the plot.
