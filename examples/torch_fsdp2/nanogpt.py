@@ -11,8 +11,9 @@ c_proj), a final LayerNorm and an lm_head whose weight is the token embedding's 
 N(0, 0.02) initial weights, the residual projections scaled by 1/sqrt(2 x layers). AdamW takes two
 parameter groups, as nanoGPT's configure_optimizers builds them: weight decay on the matrices and
 embeddings, none on biases and LayerNorm weights; betas (0.9, 0.95), a linear warmup then a cosine
-decay to a tenth, gradients clipped to norm 1. FSDP2 shards every block and the root; --mixed bf16
-adds a MixedPrecisionPolicy (bf16 parameters, fp32 gradient reduction).
+decay to a tenth, gradients clipped to norm 1; --accumulate N micro-batches per step, reduced once
+(FSDP2's set_requires_gradient_sync). FSDP2 shards every block and the root; --mixed bf16 adds a
+MixedPrecisionPolicy (bf16 parameters, fp32 gradient reduction).
 
 --compress picks what qt.fsdp.compress installs:
     fp32      FSDP's own collectives, uncompressed (no second run)
@@ -205,14 +206,20 @@ def train(args, run: str, data, rank: int, world: int, say, progress_prefix: str
         step_start = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = learning_rate(step - 1, args)
-        x, y = batch(train_data, args.batch, args.context, g)
-        logits = model(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum = 0.0
+        for micro in range(args.accumulate):
+            # FSDP2's no_sync: the micro-batches' gradients add up unsharded, and only the last
+            # one's backward reduce-scatters them.
+            model.set_requires_gradient_sync(micro == args.accumulate - 1)
+            x, y = batch(train_data, args.batch, args.context, g)
+            logits = model(x)
+            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+            (loss / args.accumulate).backward()
+            loss_sum += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
+        losses.append(loss_sum / args.accumulate)
         recent.append(losses[-1])
         step_seconds.append(time.perf_counter() - step_start)
         if step % args.eval_every == 0 or step == args.steps:
@@ -243,7 +250,9 @@ def main():
     p.add_argument("--mixed", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
     p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--batch", type=int, default=8, help="windows per rank and step")
+    p.add_argument("--batch", type=int, default=8, help="windows per rank and micro-batch")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="micro-batches per step (gradient accumulation, reduced once per step)")
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=3)
@@ -260,7 +269,7 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--csv", help="CSV of both runs' losses at every step (rank 0)")
     args = p.parse_args()
-    for name in ("steps", "batch", "context", "width", "layers", "heads", "eval_every",
+    for name in ("steps", "batch", "accumulate", "context", "width", "layers", "heads", "eval_every",
                  "val_windows", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} is {getattr(args, name)}; expected >= 1")

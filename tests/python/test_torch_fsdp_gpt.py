@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """examples/torch_fsdp2/nanogpt.py's GPT (weight tying, AdamW parameter groups, gradient
-clipping) under FSDP2 on 4 gloo processes, in fp32 and with a bf16 MixedPrecisionPolicy: with
+clipping) under FSDP2 on 4 gloo processes, in fp32, with a bf16 MixedPrecisionPolicy and with
+gradient accumulation over micro-batches (set_requires_gradient_sync): with
 qt.identity() policies qt.fsdp.compress gives plain FSDP2's training loss at every step, and W8G8
 tracks it closely at every step, not only at the end."""
 import argparse
@@ -35,16 +36,16 @@ def _text(n=60_000):
     return tokens[:split], tokens[split:]
 
 
-def _args(mixed):
-    return argparse.Namespace(steps=20, batch=4, context=32, width=64, layers=2, heads=2,
-                              dropout=0.0, lr=3e-3, warmup=None, weight_decay=0.1, seed=3,
-                              eval_every=10, val_windows=8, mixed=mixed)
+def _args(mixed, accumulate):
+    return argparse.Namespace(steps=20, batch=4, accumulate=accumulate, context=32, width=64,
+                              layers=2, heads=2, dropout=0.0, lr=3e-3, warmup=None,
+                              weight_decay=0.1, seed=3, eval_every=10, val_windows=8, mixed=mixed)
 
 
-def _tracks(rank, world, mixed):
+def _tracks(rank, world, mixed, accumulate):
     example = _example()
     data = _text()
-    args = _args(mixed)
+    args = _args(mixed, accumulate)
     quiet = lambda *a, **k: None  # noqa: E731
     plain = example.train(args, "fp32", data, rank, world, quiet, "")[0]
     identity = example.train(args, "identity", data, rank, world, quiet, "")[0]
@@ -62,6 +63,6 @@ def _tracks(rank, world, mixed):
     assert plain[-1] < 0.9 * plain[0]
 
 
-@pytest.mark.parametrize("mixed", ["fp32", "bf16"])
-def test_identity_matches_fsdp2_and_w8g8_tracks_it_at_every_step(mixed):
-    run_ranks(4, _tracks, mixed, timeout=300)
+@pytest.mark.parametrize("mixed,accumulate", [("fp32", 1), ("bf16", 1), ("fp32", 2)])
+def test_identity_matches_fsdp2_and_w8g8_tracks_it_at_every_step(mixed, accumulate):
+    run_ranks(4, _tracks, mixed, accumulate, timeout=300)
