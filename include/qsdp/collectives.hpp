@@ -383,44 +383,43 @@ template <device_communicator Comm, class Q, class T>
 void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
                 cudaStream_t stream, call_options options = {});
 
-/// Opens a group on a device communicator, as the host overload and ncclGroupStart do: until the
-/// matching group_end, the device qsdp::all_gather and qsdp::reduce_scatter on `comm` check their
-/// arguments, draw their call indices and return without enqueueing anything; group_end then
-/// enqueues them all on their stream in one agreement and one exchange:
-///
-///     qsdp::group_start(comm);                     // where llm.c has ncclGroupStart()
-///     for (auto& layer : layers)
-///       qsdp::all_gather(comm, w8, layer.shard, layer.full, layer.count, stream);
-///     qsdp::group_end(comm);                       // enqueued here, ordered on `stream`
-///
-/// As on the host: any counts, element types and policies, one size gate applying to the group's
-/// total, the bits of the same calls made one by one whenever the gate decides alike, groups that
-/// nest, NCCL's in-place conventions; all_reduce and delta_gather throw while a group is open. The
-/// calls of a group are ordered on one stream (the first call's; another stream throws when the
-/// call is recorded). The buffers of a recorded call must stay valid until the group's work on the
-/// stream has completed; nothing reads them before group_end.
-///
-/// The ranks agree on a group once per group signature (its calls' descriptors in order), with one
-/// host synchronisation, as single device calls agree once per call signature: later groups of the
-/// same calls wait for nothing on the host and may be captured in a CUDA graph. Where the
-/// communicator's exchanges may run on any stream (NCCL's), a group of more than one call is cut
-/// into segments of at least 256 KiB of packets, each exchanged on the communicator's second stream
-/// while the next is encoded; elsewhere it is one exchange on the stream.
-/// @param comm this rank's device communicator
-/// @throws qsdp::error when groups are nested beyond INT_MAX
+// Groups on a device communicator: the device overloads of group_start and group_end (the API
+// reference documents the two once, with the host overloads). group_start opens a group, as the
+// host overload and ncclGroupStart do: until the matching group_end, the device qsdp::all_gather
+// and qsdp::reduce_scatter on `comm` check their arguments, draw their call indices and return
+// without enqueueing anything; group_end then enqueues them all on their stream in one agreement
+// and one exchange:
+//
+//     qsdp::group_start(comm);                     // where llm.c has ncclGroupStart()
+//     for (auto& layer : layers)
+//       qsdp::all_gather(comm, w8, layer.shard, layer.full, layer.count, stream);
+//     qsdp::group_end(comm);                       // enqueued here, ordered on `stream`
+//
+// As on the host: any counts, element types and policies, one size gate applying to the group's
+// total, the bits of the same calls made one by one whenever the gate decides alike, groups that
+// nest, NCCL's in-place conventions; all_reduce and delta_gather throw while a group is open. The
+// calls of a group are ordered on one stream (the first call's; another stream throws when the
+// call is recorded). The buffers of a recorded call must stay valid until the group's work on the
+// stream has completed; nothing reads them before group_end.
+//
+// The ranks agree on a group once per group signature (its calls' descriptors in order), with one
+// host synchronisation, as single device calls agree once per call signature: later groups of the
+// same calls wait for nothing on the host and may be captured in a CUDA graph. Where the
+// communicator's exchanges may run on any stream (NCCL's), a group of more than one call is cut
+// into segments of at least 256 KiB of packets, each exchanged on the communicator's second stream
+// while the next is encoded; elsewhere it is one exchange on the stream. Throws qsdp::error when
+// groups are nested beyond INT_MAX.
 template <device_communicator Comm>
 void group_start(Comm& comm);
 
-/// Closes the group group_start opened on a device communicator; the outermost one enqueues the
-/// group's calls on their stream (group_start) and returns without waiting for them, except on a
-/// group signature's first run, which synchronises once to compare the ranks' group descriptors.
-/// Collective: every rank must record the same calls in the same order.
-/// @param comm this rank's device communicator
-/// @throws qsdp::error when no group is open; on every rank when the ranks' groups differ on the
-///         group signature's first run (the number of calls, or the first call that differs and
-///         how); when a CUDA call fails; for a peer's bad packet seen by an earlier call; a bad
-///         packet in this group is reported by the next call, as for single calls. The group is
-///         closed either way.
+// Closes the group group_start opened on a device communicator; the outermost one enqueues the
+// group's calls on their stream (group_start) and returns without waiting for them, except on a
+// group signature's first run, which synchronises once to compare the ranks' group descriptors.
+// Collective: every rank must record the same calls in the same order. Throws qsdp::error when no
+// group is open; on every rank when the ranks' groups differ on the group signature's first run
+// (the number of calls, or the first call that differs and how); when a CUDA call fails; for a
+// peer's bad packet seen by an earlier call (a bad packet in this group is reported by the next
+// call, as for single calls). The group is closed either way.
 template <device_communicator Comm>
 void group_end(Comm& comm);
 
