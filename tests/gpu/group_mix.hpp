@@ -43,7 +43,7 @@ struct mix_host {
   std::vector<__nv_bfloat16> bf_send, bf_recv, hrs_send, hrs_recv;
 };
 
-mix_host make_mix(int rank, int world) {
+inline mix_host make_mix(int rank, int world) {
   const auto w = static_cast<std::size_t>(world);
   const auto r = static_cast<std::size_t>(rank);
   mix_host b;
@@ -108,7 +108,7 @@ std::vector<std::byte> bytes_of(const std::vector<T>& v) {
 
 /// Every output of the mix, in member order, then the after call's; the in-place reduce_scatter's
 /// output is its chunk of the buffer.
-std::vector<std::vector<std::byte>> outputs_of(const mix_host& b, int rank) {
+inline std::vector<std::vector<std::byte>> outputs_of(const mix_host& b, int rank) {
   const auto r = static_cast<std::size_t>(rank);
   std::vector<float> inplace_rs_out(
       b.inplace_rs.begin() + static_cast<std::ptrdiff_t>(r * inplace_rs_count),
