@@ -53,15 +53,13 @@ void check_host_call(const Comm& comm, const Q& q, collective_kind kind, reduce_
   check_max_pieces(options.max_pieces, where);
 }
 
-/// An all_gather or reduce_scatter recorded in a group, as the single call would run it: its plan
-/// (call indices, pipeline pieces) drawn when it was recorded, its packets encoded piece by piece
-/// with the same random streams, so that its result is the single call's, byte for byte, whenever
-/// the gate decides alike.
+/// What a host and a device group member share: the call as recorded, and its plan (call
+/// indices, pipeline pieces) drawn when it was recorded, as the single call draws it.
 template <class Comm, class Q, class T>
-class host_group_member final : public group_member {
+class planned_group_member : public group_member {
  public:
-  host_group_member(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* send,
-                    T* recv, std::size_t count, const call_options& options, const char* where)
+  planned_group_member(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* send,
+                       T* recv, std::size_t count, const call_options& options, const char* where)
       : comm_(comm),
         q_(q),
         op_(op),
@@ -83,19 +81,61 @@ class host_group_member final : public group_member {
       bytes += layout_for<Q, T>(q_, plan_.pieces.values_of(p, count_)).total;
     return bytes;
   }
+
+ protected:
+  /// The values this rank encodes for chunk `chunk` of its block(s) (a reduce_scatter's chunk
+  /// for each peer, an all_gather's one), and their random stream, as the single call's.
+  const T* chunk_values(std::size_t chunk) const {
+    return send_ + (scatters() ? chunk * count_ : 0);
+  }
+  std::uint32_t chunk_random_stream(std::size_t chunk) const {
+    return plan_.stream_base + chunk_stream(comm_.rank(), comm_.size(), static_cast<int>(chunk));
+  }
+  std::size_t chunks() const { return scatters() ? static_cast<std::size_t>(comm_.size()) : 1; }
+
+  Comm& comm_;
+  Q q_;
+  reduce_op op_;
+  const T* send_;
+  T* recv_;
+  std::size_t count_;
+  const char* where_;
+  collective_call plan_;
+};
+
+/// Every call recorded in a group has the first call's size gate: the gate applies to the total.
+inline void check_group_gate(const group_state& group, const call_options& options,
+                             const char* where) {
+  if (!group.members.empty() && group.members.front()->gate() != options.min_compressed_bytes)
+    throw qsdp::error(std::string(where) + " in a group: call_options::min_compressed_bytes is " +
+                      std::to_string(options.min_compressed_bytes) +
+                      ", the group's first call passed " +
+                      std::to_string(group.members.front()->gate()) +
+                      "; a group has one size gate, which applies to its total");
+}
+
+/// An all_gather or reduce_scatter recorded in a group, as the single call would run it: its
+/// packets encoded piece by piece with the same random streams, so that its result is the single
+/// call's, byte for byte, whenever the gate decides alike.
+template <class Comm, class Q, class T>
+class host_group_member final : public planned_group_member<Comm, Q, T> {
+  using base = planned_group_member<Comm, Q, T>;
+  using base::comm_, base::q_, base::op_, base::recv_, base::count_, base::where_, base::plan_,
+      base::scatters;
+
+ public:
+  using base::base;
+
   std::size_t accumulator_floats(bool gated) const override {
     if (!scatters()) return 0;
     return gated ? count_ : plan_.pieces.values;
   }
 
   void encode(std::byte* blocks, std::size_t stride, std::size_t offset, bool gated) override {
-    const int world = comm_.size();
-    const std::size_t chunks = scatters() ? static_cast<std::size_t>(world) : 1;
-    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+    for (std::size_t chunk = 0; chunk < this->chunks(); ++chunk) {
       std::byte* out = blocks + chunk * stride + offset;
-      const T* src = send_ + (scatters() ? chunk * count_ : 0);
-      const std::uint32_t stream =
-          plan_.stream_base + chunk_stream(comm_.rank(), world, static_cast<int>(chunk));
+      const T* src = this->chunk_values(chunk);
+      const std::uint32_t stream = this->chunk_random_stream(chunk);
       if (gated) {
         qsdp::encode(identity{}, src, count_, out, rng_position{.call = plan_.calls[0]});
         continue;
@@ -133,15 +173,6 @@ class host_group_member final : public group_member {
       packets += packet_bytes;
     }
   }
-
-  Comm& comm_;
-  Q q_;
-  reduce_op op_;
-  const T* send_;
-  T* recv_;
-  std::size_t count_;
-  const char* where_;
-  collective_call plan_;
 };
 
 inline constexpr const char* group_end_where = "qsdp::group_end";
@@ -152,12 +183,7 @@ void record_in_group(Comm& comm, const Q& q, collective_kind kind, reduce_op op,
                      T* recv, std::size_t count, const call_options& options, const char* where) {
   check_host_call(comm, q, kind, op, send, recv, count, options, where);
   group_state& group = comm.workspace().group;
-  if (!group.members.empty() && group.members.front()->gate() != options.min_compressed_bytes)
-    throw qsdp::error(std::string(where) + " in a group: call_options::min_compressed_bytes is " +
-                      std::to_string(options.min_compressed_bytes) +
-                      ", the group's first call passed " +
-                      std::to_string(group.members.front()->gate()) +
-                      "; a group has one size gate, which applies to its total");
+  check_group_gate(group, options, where);
   group.members.push_back(std::make_unique<host_group_member<Comm, Q, T>>(
       comm, q, kind, op, send, recv, count, options, where));
 }

@@ -33,33 +33,17 @@ namespace qsdp::detail::cuda {
 /// An all_gather or reduce_scatter of device buffers recorded in a group: the single call's plan,
 /// packets and kernels, at its place in the group's blocks.
 template <class Comm, class Q, class T>
-class device_group_member final : public group_member {
+class device_group_member final : public planned_group_member<Comm, Q, T> {
+  using base = planned_group_member<Comm, Q, T>;
+  using base::comm_, base::q_, base::op_, base::recv_, base::count_, base::where_, base::plan_,
+      base::scatters;
+
  public:
   device_group_member(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* send,
                       T* recv, std::size_t count, const call_options& options, cudaStream_t stream,
                       const char* where)
-      : comm_(comm),
-        q_(q),
-        op_(op),
-        send_(send),
-        recv_(recv),
-        count_(count),
-        stream_(stream),
-        where_(where),
-        plan_(plan_collective<Q, T>(comm, q, kind, op, count, options)) {}
+      : base(comm, q, kind, op, send, recv, count, options, where), stream_(stream) {}
 
-  const void* descriptor() const override { return &plan_.descriptor; }
-  std::size_t value_bytes() const override { return count_ * sizeof(T); }
-  std::size_t gate() const override { return plan_.descriptor.min_compressed_bytes; }
-  bool scatters() const override { return plan_.kind == collective_kind::reduce_scatter; }
-
-  std::size_t block_bytes(bool gated) const override {
-    if (gated) return layout_for<identity, T>(identity{}, count_).total;
-    std::size_t bytes = 0;
-    for (std::size_t p = 0; p < plan_.pieces.count; ++p)
-      bytes += layout_for<Q, T>(q_, plan_.pieces.values_of(p, count_)).total;
-    return bytes;
-  }
   std::size_t accumulator_floats(bool) const override { return 0; }  // sums stay in registers
 
   /// The kernels draw their call index from the communicator's device counter, as a single
@@ -67,13 +51,10 @@ class device_group_member final : public group_member {
   void encode(std::byte* blocks, std::size_t stride, std::size_t offset, bool gated) override {
     std::uint64_t* const counter =
         comm_.state().workspace.call_counter(plan_.calls[0], stream_, where_);
-    const int world = comm_.size();
-    const std::size_t chunks = scatters() ? static_cast<std::size_t>(world) : 1;
-    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+    for (std::size_t chunk = 0; chunk < this->chunks(); ++chunk) {
       std::byte* out = blocks + chunk * stride + offset;
-      const T* src = send_ + (scatters() ? chunk * count_ : 0);
-      const std::uint32_t stream =
-          plan_.stream_base + chunk_stream(comm_.rank(), world, static_cast<int>(chunk));
+      const T* src = this->chunk_values(chunk);
+      const std::uint32_t stream = this->chunk_random_stream(chunk);
       if (gated) {
         launch_encode(identity{}, src, count_, out, rng_source(rng_key{0, 0, stream}), stream_,
                       where_);
@@ -125,15 +106,7 @@ class device_group_member final : public group_member {
     }
   }
 
-  Comm& comm_;
-  Q q_;
-  reduce_op op_;
-  const T* send_;
-  T* recv_;
-  std::size_t count_;
   cudaStream_t stream_;
-  const char* where_;
-  collective_call plan_;
 };
 
 /// Records a device call made while a group is open on `comm`, after the checks of a single call:
@@ -146,19 +119,12 @@ void record_in_device_group(Comm& comm, const Q& q, collective_kind kind, reduce
   if (kind != collective_kind::all_gather) check_op(op, where);
   check_max_pieces(options.max_pieces, where);
   group_state& group = comm.state().group;
-  if (!group.members.empty()) {
-    if (group.stream != static_cast<void*>(stream))
-      throw qsdp::error(std::string(where) + " in a group: the stream is " + address(stream) +
-                        ", the group's first call's " +
-                        address(static_cast<cudaStream_t>(group.stream)) +
-                        "; a group's calls are ordered on one stream");
-    if (group.members.front()->gate() != options.min_compressed_bytes)
-      throw qsdp::error(std::string(where) + " in a group: call_options::min_compressed_bytes is " +
-                        std::to_string(options.min_compressed_bytes) +
-                        ", the group's first call passed " +
-                        std::to_string(group.members.front()->gate()) +
-                        "; a group has one size gate, which applies to its total");
-  }
+  if (!group.members.empty() && group.stream != static_cast<void*>(stream))
+    throw qsdp::error(std::string(where) + " in a group: the stream is " + address(stream) +
+                      ", the group's first call's " +
+                      address(static_cast<cudaStream_t>(group.stream)) +
+                      "; a group's calls are ordered on one stream");
+  check_group_gate(group, options, where);
   group.members.push_back(std::make_unique<device_group_member<Comm, Q, T>>(
       comm, q, kind, op, send, recv, count, options, stream, where));
   group.stream = static_cast<void*>(stream);
