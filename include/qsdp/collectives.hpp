@@ -33,6 +33,7 @@
 #include "collective_types.hpp"
 #include "communicator.hpp"
 #include "quantizers.hpp"
+#include "work.hpp"
 
 #if defined(__CUDACC__) && __has_include(<cuda_runtime.h>)
 #include <cuda_runtime.h>
@@ -163,6 +164,77 @@ void group_start(Comm& comm);
 ///         The group is closed either way.
 template <communicator Comm>
 void group_end(Comm& comm);
+
+/// Non-blocking collectives on host communicators, as torch.distributed's `async_op=True` or MPI's
+/// MPI_Iallgather: the call checks its arguments (a bad one throws here, as the blocking call's
+/// would), starts the collective and returns a qsdp::work; wait() on it returns when the result is
+/// in the buffers, or rethrows the collective's error (on every rank where the blocking call throws
+/// on every rank):
+///
+///     auto grads = qsdp::reduce_scatter_async(comm, g8, grad, shard, n, qsdp::reduce_op::avg);
+///     backward_of_the_next_layer();          // runs while the gradients are on the wire
+///     grads.wait();                          // shard is ready; grad may be written again
+///
+/// The started collectives of a communicator run on its progress thread (one per communicator,
+/// started with the first), one after another in the order they were started, and give the bytes
+/// of the same blocking calls in that order. Until its work is done, a collective owns the buffers
+/// it names: do not write its inputs, read its outputs or free either. A blocking call on the
+/// communicator (a collective, group_end, delta_gather) first waits for the started ones, so
+/// blocking and started calls may be mixed in any order that every rank keeps. Collectives cannot
+/// be started inside a group: record them with the blocking calls and start the group with
+/// group_end_async. On an mpi_communicator the progress thread calls MPI, which needs MPI
+/// initialised with MPI_Init_thread at MPI_THREAD_SERIALIZED or above (refused otherwise). Device
+/// collectives need no such form: they are ordered on the caller's stream and return at once.
+/// @param comm this rank's communicator (a host one: local_communicator, mpi_communicator)
+/// @param q the policy, as all_gather's
+/// @param send this rank's count values, read until the work is done
+/// @param recv count * comm.size() values, written until the work is done
+/// @param count values per rank
+/// @param options the size gate and the pipeline, as all_gather's
+/// @return the started collective; an error that no wait() rethrew before the work was destroyed
+///         is rethrown by the communicator's next call
+/// @throws what the blocking call throws before it moves anything (bad arguments), and qsdp::error
+///         when a group is open on comm or the communicator cannot be called from another thread
+template <communicator Comm, class Q, class T>
+work all_gather_async(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                      call_options options = {});
+
+/// reduce_scatter, started (all_gather_async): the arguments of the blocking call.
+/// @param comm this rank's communicator
+/// @param q the policy
+/// @param send count * comm.size() values, read until the work is done
+/// @param recv count values, written until the work is done
+/// @param count values per chunk
+/// @param op sum or avg
+/// @param options the size gate and the pipeline
+/// @return the started collective
+/// @throws as all_gather_async
+template <communicator Comm, class Q, class T>
+work reduce_scatter_async(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                          reduce_op op, call_options options = {});
+
+/// all_reduce, started (all_gather_async): the arguments of the blocking call.
+/// @param comm this rank's communicator
+/// @param q the policy
+/// @param data count values, replaced by the reduced values when the work is done
+/// @param count values
+/// @param op sum or avg
+/// @param options the size gate and the pipeline
+/// @return the started collective
+/// @throws as all_gather_async
+template <communicator Comm, class Q, class T>
+work all_reduce_async(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
+                      call_options options = {});
+
+/// Closes the group group_start opened, as group_end, but starts the outermost group's calls on
+/// the communicator's progress thread and returns their work at once (all_gather_async); an inner
+/// group's work is empty (its calls run with the outermost group).
+/// @param comm this rank's communicator
+/// @return the started group
+/// @throws qsdp::error when no group is open, or the communicator cannot be called from another
+///         thread (the group stays open); the group's errors (group_end) come from wait()
+template <communicator Comm>
+work group_end_async(Comm& comm);
 
 /// Weight-difference all-gather (SDP4Bit's weight differences): one object per rank keeps the last
 /// reconstruction of every rank's shard, and each call sends the quantized difference between the

@@ -24,6 +24,7 @@
 
 #include "call_options.hpp"
 #include "config.hpp"
+#include "detail/collectives/async_lane.hpp"
 #include "detail/collectives/group_state.hpp"
 #include "detail/transport/local.hpp"
 
@@ -106,6 +107,11 @@ class host_workspace {
   std::unique_ptr<std::byte[]> storage_;
   std::size_t capacity_ = 0;
   std::size_t growths_ = 0;
+
+ public:
+  /// The progress thread of the collectives started on the communicator (all_gather_async and
+  /// its kin). Declared last, so that it ends, after its last collective, before the rest goes.
+  detail::async_lane lane;
 };
 
 /// What the collectives need from a transport of host buffers:

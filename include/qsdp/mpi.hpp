@@ -84,9 +84,11 @@ class mpi_communicator {
 
   mpi_communicator(const mpi_communicator&) = delete;
   mpi_communicator& operator=(const mpi_communicator&) = delete;
-  /// Takes over the wrapped communicator, call counter and workspace (no exchange may be started).
+  /// Takes over the wrapped communicator, call counter and workspace (no exchange or collective may
+  /// be started).
   mpi_communicator(mpi_communicator&&) noexcept = default;
-  /// Takes over the wrapped communicator, call counter and workspace (no exchange may be started).
+  /// Takes over the wrapped communicator, call counter and workspace (no exchange or collective may
+  /// be started).
   /// @return this object
   mpi_communicator& operator=(mpi_communicator&&) noexcept = default;
   ~mpi_communicator() = default;
@@ -105,6 +107,21 @@ class mpi_communicator {
   bool usable() const noexcept { return unusable_because_.empty(); }
   /// @return the scratch of the collectives
   host_workspace& workspace() noexcept { return workspace_; }
+  /// Refuses the collectives started with a work (all_gather_async and its kin) unless MPI may be
+  /// called from their progress thread: initialised at MPI_THREAD_SERIALIZED or above.
+  /// @param where the call, for the message
+  /// @throws qsdp::error naming the thread level MPI provides and MPI_Init_thread
+  void check_async_use(const char* where) const {
+    int provided = MPI_THREAD_SINGLE;
+    detail::mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread", where);
+    if (provided >= MPI_THREAD_SERIALIZED) return;
+    throw qsdp::error(
+        std::string(where) + ": MPI provides thread level " +
+        (provided == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED" : "MPI_THREAD_SINGLE") +
+        ", and a started collective calls MPI from the communicator's progress "
+        "thread; expected MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE: initialise "
+        "MPI with MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided)");
+  }
   /// @return the index of the next collective call: 0, 1, 2, ... on every rank alike
   std::uint64_t next_call() noexcept { return calls_++; }
 

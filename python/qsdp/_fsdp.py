@@ -88,6 +88,32 @@ class _Collectives:
     gate: Callable[..., int]
 
 
+class _ThenWork(dist.Work):
+    """A Work whose wait() also runs `then` once the inner Work is done (the copy of a coalesced
+    all-gather's outputs into FSDP's buffer)."""
+
+    def __init__(self, work, then):
+        super().__init__()
+        self._work, self._then = work, then
+
+    def wait(self, timeout=None) -> bool:
+        if self._work is not None:
+            work, then = self._work, self._then
+            self._work = self._then = None
+            if timeout is None:
+                work.wait()
+            else:
+                work.wait(timeout)
+            then()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._work is None or self._work.is_completed()
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+
 class _AllGather:
     """FSDP's AllGather interface (torch.distributed.fsdp._fully_shard._fsdp_api) over
     qsdp.torch.all_gather_into_tensor, or over a qsdp.torch.DeltaGather of its own (deltas=True:
@@ -104,12 +130,14 @@ class _AllGather:
         return _allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        """Gathers now and returns None, or with async_op returns a torch.distributed Work that
+        FSDP waits on before it reads the output (the weight differences gather now)."""
         start = time.perf_counter()
-        self._gather(output_tensor, input_tensor, group)
+        work = self._gather(output_tensor, input_tensor, group, async_op)
         self.counter.seconds += time.perf_counter() - start
-        return None  # done: FSDP waits on a Work only when one is returned
+        return work
 
-    def _gather(self, output_tensor, input_tensor, group):
+    def _gather(self, output_tensor, input_tensor, group, async_op):
         qt = self.qt
         c = self.counter
         c.calls += 1
@@ -126,22 +154,25 @@ class _AllGather:
                                  f"{d.dtype}")
             d.all_gather_into_tensor(output_tensor, input_tensor, self.policy)
             c.bytes += qt.compressed_size(self.policy, input_tensor.numel(), torch.float32)
-        elif input_tensor.dtype in _QUANTIZABLE:
+            return None
+        if input_tensor.dtype in _QUANTIZABLE:
             gate = self.min_compressed_bytes
-            qt.all_gather_into_tensor(output_tensor, input_tensor, self.policy, group=group,
-                                      min_compressed_bytes=gate)
+            work = qt.all_gather_into_tensor(output_tensor, input_tensor, self.policy,
+                                             group=group, async_op=async_op,
+                                             min_compressed_bytes=gate)
             if qt.sends_uncompressed(input_tensor, input_tensor.numel(), gate):
                 c.bytes += _bytes(input_tensor)
                 c.gated_calls += 1
             else:
                 c.bytes += qt.compressed_size(self.policy, input_tensor.numel(),
                                               input_tensor.dtype)
-        elif (parts := self._parts(input_tensor)) is not None:
-            self._gather_parts(output_tensor, input_tensor, group, parts)
-        else:
-            dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
-            c.bytes += _bytes(input_tensor)
-            c.fallback_calls += 1
+            return work
+        if (parts := self._parts(input_tensor)) is not None:
+            return self._gather_parts(output_tensor, input_tensor, group, parts, async_op)
+        c.bytes += _bytes(input_tensor)
+        c.fallback_calls += 1
+        return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
+                                           async_op=async_op)
 
     def _parts(self, input_tensor):
         """The (byte offset, values, dtype) of each tensor FSDP packed into a uint8 all-gather
@@ -166,9 +197,10 @@ class _AllGather:
             offset += t.numel() * t.element_size()
         return parts if offset == input_tensor.numel() else None
 
-    def _gather_parts(self, output_tensor, input_tensor, group, parts):
+    def _gather_parts(self, output_tensor, input_tensor, group, parts, async_op):
         """One coalesced all-gather of the buffer's tensors, each in its own dtype, written back
-        into FSDP's uint8 layout (rank r's bytes at r x the input's bytes)."""
+        into FSDP's uint8 layout (rank r's bytes at r x the input's bytes): now, or with async_op
+        when FSDP waits on the Work returned."""
         qt, c = self.qt, self.counter
         world = group.size()
         inputs, outputs = [], []
@@ -178,17 +210,24 @@ class _AllGather:
             inputs.append(input_tensor[offset:offset + size].clone().view(dtype))
             outputs.append(torch.empty(world * n, dtype=dtype, device=input_tensor.device))
         gate = self.min_compressed_bytes
-        qt.all_gather_into_tensor_coalesced(outputs, inputs, self.policy, group=group,
-                                            min_compressed_bytes=gate)
-        rows = output_tensor.view(world, -1)
-        for (offset, n, dtype), out in zip(parts, outputs):
-            gathered = out.view(world, n).view(torch.uint8)
-            rows[:, offset:offset + gathered.shape[1]].copy_(gathered)
+        work = qt.all_gather_into_tensor_coalesced(outputs, inputs, self.policy, group=group,
+                                                   async_op=async_op, min_compressed_bytes=gate)
         if qt.gate(gate, "qsdp.torch.fsdp") > input_tensor.numel():
             c.bytes += _bytes(input_tensor)
             c.gated_calls += 1
         else:
             c.bytes += sum(qt.compressed_size(self.policy, n, dtype) for _, n, dtype in parts)
+
+        def copy_out():
+            rows = output_tensor.view(world, -1)
+            for (offset, n, dtype), out in zip(parts, outputs):
+                gathered = out.view(world, n).view(torch.uint8)
+                rows[:, offset:offset + gathered.shape[1]].copy_(gathered)
+
+        if work is None:
+            copy_out()
+            return None
+        return _ThenWork(work, copy_out)
 
 
 class _ReduceScatter:
@@ -202,12 +241,13 @@ class _ReduceScatter:
         return _allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        """Reduces now and returns None, or with async_op returns a torch.distributed Work."""
         start = time.perf_counter()
-        self._reduce(output_tensor, input_tensor, group, op)
+        work = self._reduce(output_tensor, input_tensor, group, op, async_op)
         self.counter.seconds += time.perf_counter() - start
-        return None
+        return work
 
-    def _reduce(self, output_tensor, input_tensor, group, op):
+    def _reduce(self, output_tensor, input_tensor, group, op, async_op):
         qt = self.qt
         name = _op(op, "qsdp.torch.fsdp reduce-scatter")
         c = self.counter
@@ -215,18 +255,20 @@ class _ReduceScatter:
         c.uncompressed_bytes += _bytes(input_tensor)
         if input_tensor.dtype in _QUANTIZABLE:
             gate = self.min_compressed_bytes
-            qt.reduce_scatter_tensor(output_tensor, input_tensor, self.policy, op=name,
-                                     group=group, min_compressed_bytes=gate)
+            work = qt.reduce_scatter_tensor(output_tensor, input_tensor, self.policy, op=name,
+                                            group=group, async_op=async_op,
+                                            min_compressed_bytes=gate)
             if qt.sends_uncompressed(output_tensor, output_tensor.numel(), gate):
                 c.bytes += _bytes(input_tensor)
                 c.gated_calls += 1
             else:
                 c.bytes += group.size() * qt.compressed_size(self.policy, output_tensor.numel(),
                                                              input_tensor.dtype)
-        else:
-            dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
-            c.bytes += _bytes(input_tensor)
-            c.fallback_calls += 1
+            return work
+        c.bytes += _bytes(input_tensor)
+        c.fallback_calls += 1
+        return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
+                                          async_op=async_op)
 
 
 class Handle:

@@ -41,6 +41,7 @@ import collections
 import contextlib
 import numbers
 import sys
+import threading
 import time
 import weakref
 
@@ -384,13 +385,26 @@ def _communicator(group, where: str, t=None):
                 raise RuntimeError(f"{where}: the process group is gone")
             return g
 
+        wire = live
+        if key is None:
+            # The host communicator's exchanges may run on its progress thread (async_op) while
+            # the caller issues collectives of its own: they get a process group of their own over
+            # the same ranks, so that the two streams of collectives never interleave differently
+            # on different ranks.
+            own = dist.new_group(ranks=dist.get_process_group_ranks(group),
+                                 backend=dist.get_backend(group), use_local_synchronization=True)
+
+            def wire():
+                live()
+                return own
+
         def all_gather(send, recv):
             _recent_views.extend((send, recv))
-            dist.all_gather_into_tensor(recv, send, group=live())
+            dist.all_gather_into_tensor(recv, send, group=wire())
 
         def all_to_all(send, recv):
             _recent_views.extend((send, recv))
-            dist.all_to_all_single(recv, send, group=live())
+            dist.all_to_all_single(recv, send, group=wire())
 
         rank, size = dist.get_rank(group), dist.get_world_size(group)
         if key is None:
@@ -470,11 +484,125 @@ def _sends_uncompressed(t: torch.Tensor, values: int, min_compressed_bytes=None)
     return values * t.element_size() < gate
 
 
+class _HostWork(dist.Work):
+    """A qsdp collective on CPU tensors running on its communicator's progress thread (the GIL
+    released while it encodes, decodes and waits), as torch.distributed's Work: wait() returns True
+    when it is done, raising its qsdp.Error on every rank where the collective failed. The tensors
+    stay referenced until then."""
+
+    def __init__(self, work, keep, outputs):
+        super().__init__()
+        self._work, self._keep, self._outputs = work, keep, outputs
+
+    def wait(self, timeout=None) -> bool:
+        if self._work is None:
+            return True
+        if timeout is not None and timeout.total_seconds() > 0:
+            deadline = time.monotonic() + timeout.total_seconds()
+            while not self._work.test():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"qsdp.torch: a started collective did not finish within "
+                                       f"{timeout}; it still owns its tensors")
+                time.sleep(0.0005)
+        work, self._work = self._work, None
+        try:
+            work.wait()
+        finally:
+            self._keep = None
+        return True
+
+    def is_completed(self) -> bool:
+        return self._work is None or self._work.test()
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+    def get_future(self):
+        """A torch.futures.Future that completes (with the output tensors) when wait() would
+        return, from a thread that waits."""
+        future = torch.futures.Future()
+
+        def finish():
+            try:
+                self.wait()
+                future.set_result(self._outputs)
+            except BaseException as e:  # noqa: BLE001 - handed to the future's waiter
+                future.set_exception(e)
+
+        threading.Thread(target=finish, daemon=True).start()
+        return future
+
+
+class _CudaWork(dist.Work):
+    """A qsdp collective on CUDA tensors: already ordered on the stream it was issued on; wait()
+    makes the caller's current stream wait for it, as NCCL's Work does."""
+
+    def __init__(self, event, device, outputs):
+        super().__init__()
+        self._event, self._device, self._outputs = event, device, outputs
+
+    def wait(self, timeout=None) -> bool:
+        torch.cuda.current_stream(self._device).wait_event(self._event)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._event.query()
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+    def get_future(self):
+        future = torch.futures.Future()
+        self._event.synchronize()
+        future.set_result(self._outputs)
+        return future
+
+
+class _DoneWork(dist.Work):
+    """The Work of a call with nothing to do (an empty coalesced list)."""
+
+    def __init__(self, outputs):
+        super().__init__()
+        self._outputs = outputs
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self):
+        future = torch.futures.Future()
+        future.set_result(self._outputs)
+        return future
+
+
+def _issue(t, async_op: bool, keep, outputs, run):
+    """Runs a collective on tensors like t: run(tail) calls the extension with `tail` after the
+    size gate (the host calls' async_op). Returns None when it is done (async_op False), else a
+    torch.distributed Work."""
+    if t.is_cuda:
+        with _on(t):
+            run(())
+            if not async_op:
+                return None
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(t.device))
+        return _CudaWork(event, t.device, outputs)
+    work = run((bool(async_op),))
+    return _HostWork(work, keep, outputs) if async_op else None
+
+
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
-                           group=None, *, min_compressed_bytes=0) -> None:
+                           group=None, async_op: bool = False, *, min_compressed_bytes=0):
     """torch.distributed.all_gather_into_tensor, compressed: output (world * input.numel()
     values) gets every rank's input, rank r's at r * input.numel(); the same values on every
-    rank. An input of fewer than min_compressed_bytes bytes moves uncompressed (the size gate)."""
+    rank. An input of fewer than min_compressed_bytes bytes moves uncompressed (the size gate).
+    async_op=True returns a torch.distributed Work at once (see "Started collectives" in the
+    module's documentation); otherwise None, when the output is ready."""
     where = "qsdp.torch.all_gather_into_tensor"
     q = _policy(policy, where)
     gate = _gate(min_compressed_bytes, where)
@@ -485,17 +613,19 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Po
     comm = _communicator(group, where, input)
     _world_times(output, "output", input, "input", comm.size, where)
     impl, stream = _collective(q, comm, input, where)
-    with _on(input):
-        impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(), input.numel(), *stream,
-                        gate)
+    return _issue(input, async_op, (output, input, impl, comm), [output],
+                  lambda tail: impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(),
+                                               input.numel(), *stream, gate, *tail))
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
-                          op="avg", group=None, *, min_compressed_bytes=0) -> None:
+                          op="avg", group=None, async_op: bool = False, *,
+                          min_compressed_bytes=0):
     """torch.distributed.reduce_scatter_tensor, compressed: input holds world chunks of
     output.numel() values; output gets the sum (op "sum") or mean ("avg") over ranks of this
     rank's chunk, each value quantized once and summed in float32. Chunks of fewer than
-    min_compressed_bytes bytes move uncompressed (the size gate)."""
+    min_compressed_bytes bytes move uncompressed (the size gate). async_op=True returns a
+    torch.distributed Work at once; otherwise None, when the output is ready."""
     where = "qsdp.torch.reduce_scatter_tensor"
     q = _policy(policy, where)
     gate = _gate(min_compressed_bytes, where)
@@ -507,17 +637,17 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Pol
     comm = _communicator(group, where, input)
     _world_times(input, "input", output, "output", comm.size, where)
     impl, stream = _collective(q, comm, input, where)
-    with _on(input):
-        impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(), output.numel(),
-                            op_code, *stream, gate)
+    return _issue(input, async_op, (output, input, impl, comm), [output],
+                  lambda tail: impl.reduce_scatter(comm, code, input.data_ptr(), output.data_ptr(),
+                                                   output.numel(), op_code, *stream, gate, *tail))
 
 
-def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None, *,
-               min_compressed_bytes=0) -> None:
+def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None,
+               async_op: bool = False, *, min_compressed_bytes=0):
     """torch.distributed.all_reduce, compressed and in place: reduce-scatter, then all-gather of
     the reduced chunks, so every rank ends with the same values. A tensor of fewer than
     min_compressed_bytes bytes is all-gathered uncompressed and summed in float32 (the size
-    gate)."""
+    gate). async_op=True returns a torch.distributed Work at once; otherwise None."""
     where = "qsdp.torch.all_reduce"
     q = _policy(policy, where)
     gate = _gate(min_compressed_bytes, where)
@@ -525,8 +655,9 @@ def all_reduce(tensor: torch.Tensor, policy: Policy, op="sum", group=None, *,
     op_code = _op_code(op, where)
     comm = _communicator(group, where, tensor)
     impl, stream = _collective(q, comm, tensor, where)
-    with _on(tensor):
-        impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(), op_code, *stream, gate)
+    return _issue(tensor, async_op, (tensor, impl, comm), [tensor],
+                  lambda tail: impl.all_reduce(comm, code, tensor.data_ptr(), tensor.numel(),
+                                               op_code, *stream, gate, *tail))
 
 
 def _policies(policy, n: int, where: str) -> list:
@@ -548,9 +679,10 @@ def _tensor_list(tensors, name: str, where: str) -> list:
     return list(tensors)
 
 
-def _coalesced(where: str, outputs, inputs, policy, group, gate, record) -> None:
+def _coalesced(where: str, outputs, inputs, policy, group, gate, record, async_op=False):
     """Checks the lists, then records one call per pair in a qsdp group on the communicator and
-    runs them at its end: one agreement and one exchange for all of them."""
+    runs them at its end: one agreement and one exchange for all of them. Returns None when they
+    are done, or with async_op a torch.distributed Work (_issue)."""
     outputs = _tensor_list(outputs, "outputs", where)
     inputs = _tensor_list(inputs, "inputs", where)
     if len(outputs) != len(inputs):
@@ -559,7 +691,7 @@ def _coalesced(where: str, outputs, inputs, policy, group, gate, record) -> None
     policies = _policies(policy, len(inputs), where)
     gate = _gate(gate, where)
     if not inputs:
-        return
+        return _DoneWork([]) if async_op else None
     codes = []
     for i, (out, inp) in enumerate(zip(outputs, inputs)):
         codes.append(_values(inp, f"inputs[{i}]", where))
@@ -570,51 +702,61 @@ def _coalesced(where: str, outputs, inputs, policy, group, gate, record) -> None
     comm = _communicator(group, where, inputs[0])
     calls = [(record(i, comm), *_collective(q, comm, inputs[0], where))
              for i, q in enumerate(policies)]
-    stream = () if not inputs[0].is_cuda else (_stream(inputs[0]),)
-    with _on(inputs[0]):
+    cuda = inputs[0].is_cuda
+    stream = () if not cuda else (_stream(inputs[0]),)
+    tail = () if cuda else (False,)  # recorded blocking: the group's end runs or starts them
+
+    def run(end_tail):
         comm.group_start()
         try:
             for i, (check, impl, extra) in enumerate(calls):
-                check(impl, codes[i], extra)
+                check(impl, codes[i], extra, tail)
         except BaseException:
             # The group still runs what was recorded, on every rank: the other ranks' group_end
             # then fails with the difference instead of waiting for this rank.
             with contextlib.suppress(Error):
                 comm.group_end(*stream)
             raise
+        if end_tail and end_tail[0]:
+            return comm.group_end_async()
         comm.group_end(*stream)
+        return None
+
+    keep = (list(outputs), list(inputs), calls, comm)
+    return _issue(inputs[0], async_op, keep, list(outputs), run)
 
 
-def all_gather_into_tensor_coalesced(outputs, inputs, policy, group=None, *,
-                                     min_compressed_bytes=0) -> None:
+def all_gather_into_tensor_coalesced(outputs, inputs, policy, group=None,
+                                     async_op: bool = False, *, min_compressed_bytes=0):
     """all_gather_into_tensor over lists of tensors in one agreement and one exchange (a qsdp group,
     as torch.distributed's coalesced collectives and NCCL's groups): outputs[i] (world x
     inputs[i].numel() values) gets every rank's inputs[i]. The tensors may differ in size and dtype;
     all are on one device. `policy` is one policy for every tensor or a list of one per tensor. The
     size gate applies to the inputs' total bytes: below it every tensor moves uncompressed. Each
     output gets the bytes of the same single call made in its place, whenever the gate decides
-    alike."""
+    alike. async_op=True returns one torch.distributed Work for the group."""
     where = "qsdp.torch.all_gather_into_tensor_coalesced"
 
     def record(i, comm):
         out, inp = outputs[i], inputs[i]
         _world_times(out, f"outputs[{i}]", inp, f"inputs[{i}]", comm.size, where)
 
-        def call(impl, code, extra):
+        def call(impl, code, extra, tail):
             impl.all_gather(comm, code, inp.data_ptr(), out.data_ptr(), inp.numel(), *extra,
-                            gate)
+                            gate, *tail)
         return call
 
     gate = _gate(min_compressed_bytes, where)
-    _coalesced(where, outputs, inputs, policy, group, gate, record)
+    return _coalesced(where, outputs, inputs, policy, group, gate, record, async_op)
 
 
-def reduce_scatter_tensor_coalesced(outputs, inputs, policy, op="avg", group=None, *,
-                                    min_compressed_bytes=0) -> None:
+def reduce_scatter_tensor_coalesced(outputs, inputs, policy, op="avg", group=None,
+                                    async_op: bool = False, *, min_compressed_bytes=0):
     """reduce_scatter_tensor over lists of tensors in one agreement and one exchange (a qsdp
     group): inputs[i] holds world chunks of outputs[i].numel() values, and outputs[i] gets the sum
     or mean over ranks of this rank's chunk. Sizes and dtypes may differ; one device; `policy` one
-    for all or one per tensor; one op. The size gate applies to the outputs' total bytes."""
+    for all or one per tensor; one op. The size gate applies to the outputs' total bytes.
+    async_op=True returns one torch.distributed Work for the group."""
     where = "qsdp.torch.reduce_scatter_tensor_coalesced"
     op_code = _op_code(op, where)
 
@@ -622,13 +764,13 @@ def reduce_scatter_tensor_coalesced(outputs, inputs, policy, op="avg", group=Non
         out, inp = outputs[i], inputs[i]
         _world_times(inp, f"inputs[{i}]", out, f"outputs[{i}]", comm.size, where)
 
-        def call(impl, code, extra):
+        def call(impl, code, extra, tail):
             impl.reduce_scatter(comm, code, inp.data_ptr(), out.data_ptr(), out.numel(), op_code,
-                                *extra, gate)
+                                *extra, gate, *tail)
         return call
 
     gate = _gate(min_compressed_bytes, where)
-    _coalesced(where, outputs, inputs, policy, group, gate, record)
+    return _coalesced(where, outputs, inputs, policy, group, gate, record, async_op)
 
 
 def call_counters(group=None, device=None) -> dict:

@@ -45,16 +45,34 @@ const std::byte* outside(const std::byte* send, std::size_t n, const std::byte* 
 
 }  // namespace
 
+namespace {
+
+/// Calls a torch collective from C++ that runs without the GIL (a blocking collective, which
+/// releases it, or a started one on the communicator's progress thread). A Python exception
+/// becomes a qsdp::error with its message while the GIL is held, so that nothing of Python's
+/// crosses threads.
+void call_torch(const nb::callable& fn, const std::byte* send, std::size_t send_bytes,
+                std::byte* recv, std::size_t recv_bytes) {
+  nb::gil_scoped_acquire gil;
+  try {
+    fn(byte_view(send, send_bytes), byte_view(recv, recv_bytes));
+  } catch (nb::python_error& e) {
+    throw qsdp::error(e.what());
+  }
+}
+
+}  // namespace
+
 void group_communicator::all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
   const std::size_t total = n * static_cast<std::size_t>(size_);
   send = outside(send, n, recv, total, in_place_);
-  all_gather_(byte_view(send, n), byte_view(recv, total));
+  call_torch(all_gather_, send, n, recv, total);
 }
 
 void group_communicator::all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
   const std::size_t total = n * static_cast<std::size_t>(size_);
   send = outside(send, total, recv, total, in_place_);
-  all_to_all_(byte_view(send, total), byte_view(recv, total));
+  call_torch(all_to_all_, send, total, recv, total);
 }
 
 delta_holder::any_gather delta_holder::make(element e, std::size_t count, int world) {
@@ -90,6 +108,35 @@ std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::si
   return make_named(factories, family, bits, bucket_size, seed, rotated);
 }
 
+/// A started collective held by Python. Destroying an unfinished qsdp::work waits for it, and the
+/// collective's exchanges need the GIL: the wait gives the GIL up.
+struct started_work {
+  qsdp::work work;
+  started_work() = default;
+  explicit started_work(qsdp::work w) : work(std::move(w)) {}
+  started_work(started_work&&) noexcept = default;
+  ~started_work() {
+    if (!work.valid()) return;
+    if (PyGILState_Check()) {
+      nb::gil_scoped_release released;
+      work = qsdp::work{};
+    } else {
+      work = qsdp::work{};
+    }
+  }
+};
+
+/// Runs `call` (a collective on comm's host buffers) now, or starts it on comm's progress thread
+/// and returns its work. The GIL is released: the exchanges take it (call_torch).
+template <class Call>
+started_work run_or_start(group_communicator& comm, Call call, bool async_op, const char* where) {
+  if (!async_op) {
+    call();
+    return started_work{};
+  }
+  return started_work(qsdp::detail::start_on_lane(comm, std::move(call), where));
+}
+
 }  // namespace qsdp::python
 
 namespace {
@@ -102,6 +149,8 @@ using qsdp::python::gate;
 using qsdp::python::group_communicator;
 using qsdp::python::policy;
 using qsdp::python::reduce_op_from;
+using qsdp::python::run_or_start;
+using qsdp::python::started_work;
 
 }  // namespace
 
@@ -122,7 +171,11 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("size", &group_communicator::size)
       .def_prop_ro("calls", &group_communicator::calls)
       .def("group_start", [](group_communicator& c) { qsdp::group_start(c); })
-      .def("group_end", [](group_communicator& c) { qsdp::group_end(c); })
+      .def(
+          "group_end", [](group_communicator& c) { qsdp::group_end(c); },
+          nb::call_guard<nb::gil_scoped_release>())
+      .def("group_end_async",
+           [](group_communicator& c) { return started_work(qsdp::group_end_async(c)); })
       .def_prop_ro("counters", [](group_communicator& c) {
         const qsdp::call_counters& n = c.workspace().counters;
         return nb::make_tuple(n.compressed_calls, n.compressed_bytes, n.gated_calls, n.gated_bytes);
@@ -145,28 +198,53 @@ NB_MODULE(_ext, m) {
            [](policy& p, int e, std::uintptr_t packet, std::size_t count, std::uintptr_t dst) {
              p.decode(static_cast<element>(e), bytes(packet), count, address(dst));
            })
-      .def("all_gather",
-           [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
-              std::size_t count, std::size_t min_compressed_bytes) {
-             p.all_gather(comm, static_cast<element>(e), address(send), address(recv), count,
-                          gate(min_compressed_bytes));
-           })
-      .def("reduce_scatter",
-           [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
-              std::size_t count, int op, std::size_t min_compressed_bytes) {
-             p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
-                              reduce_op_from(op), gate(min_compressed_bytes));
-           })
-      .def("all_reduce",
-           [](policy& p, group_communicator& comm, int e, std::uintptr_t data, std::size_t count,
-              int op, std::size_t min_compressed_bytes) {
-             p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op),
-                          gate(min_compressed_bytes));
-           })
-      .def("delta_all_gather", [](policy& p, delta_holder& gather, group_communicator& comm,
-                                  std::uintptr_t send, std::uintptr_t recv) {
-        p.delta_all_gather(gather, comm, address(send), address(recv));
-      });
+      .def(
+          "all_gather",
+          [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
+             std::size_t count, std::size_t min_compressed_bytes, bool async_op) {
+            auto call = [&p, &comm, e, send, recv, count, min_compressed_bytes] {
+              p.all_gather(comm, static_cast<element>(e), address(send), address(recv), count,
+                           gate(min_compressed_bytes));
+            };
+            return run_or_start(comm, call, async_op, "qsdp.torch.all_gather_into_tensor");
+          },
+          nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "reduce_scatter",
+          [](policy& p, group_communicator& comm, int e, std::uintptr_t send, std::uintptr_t recv,
+             std::size_t count, int op, std::size_t min_compressed_bytes, bool async_op) {
+            auto call = [&p, &comm, e, send, recv, count, op, min_compressed_bytes] {
+              p.reduce_scatter(comm, static_cast<element>(e), address(send), address(recv), count,
+                               reduce_op_from(op), gate(min_compressed_bytes));
+            };
+            return run_or_start(comm, call, async_op, "qsdp.torch.reduce_scatter_tensor");
+          },
+          nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "all_reduce",
+          [](policy& p, group_communicator& comm, int e, std::uintptr_t data, std::size_t count,
+             int op, std::size_t min_compressed_bytes, bool async_op) {
+            auto call = [&p, &comm, e, data, count, op, min_compressed_bytes] {
+              p.all_reduce(comm, static_cast<element>(e), address(data), count, reduce_op_from(op),
+                           gate(min_compressed_bytes));
+            };
+            return run_or_start(comm, call, async_op, "qsdp.torch.all_reduce");
+          },
+          nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "delta_all_gather",
+          [](policy& p, delta_holder& gather, group_communicator& comm, std::uintptr_t send,
+             std::uintptr_t recv) {
+            p.delta_all_gather(gather, comm, address(send), address(recv));
+          },
+          nb::call_guard<nb::gil_scoped_release>());
+
+  // A started collective (qsdp::work): wait() gives up the GIL while it blocks.
+  nb::class_<started_work>(m, "Work")
+      .def(
+          "wait", [](started_work& w) { w.work.wait(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def("test", [](started_work& w) { return w.work.test(); })
+      .def_prop_ro("valid", [](const started_work& w) { return w.work.valid(); });
 
   nb::class_<delta_holder>(m, "DeltaGather")
       .def("__init__",

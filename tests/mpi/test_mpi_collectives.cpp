@@ -5,8 +5,10 @@
 // policy within its bound, all_reduce bit-identical on every rank, each with the size gate off and
 // on (call_options), and a rank that calls with another count, or differs in a gated call whose
 // signature was agreed before, makes every rank throw; groups of calls give the bits of the calls
-// made one by one, and ranks whose groups differ all throw. Prints "N passed, M failed" on rank 0;
-// exits nonzero if any rank failed.
+// made one by one, and ranks whose groups differ all throw; started collectives (all_gather_async
+// and its kin, on the communicator's progress thread: MPI initialised at MPI_THREAD_SERIALIZED)
+// give the bits of the blocking calls and throw at wait() on every rank. Prints "N passed, M
+// failed" on rank 0; exits nonzero if any rank failed.
 #include <mpi.h>
 
 #include <chrono>
@@ -157,8 +159,67 @@ std::vector<unsigned char> group_sequence(qsdp::mpi_communicator& comm, bool gro
 
 }  // namespace
 
+/// The same calls blocking, then started (one of them grouped), on fresh communicators so that both
+/// draw their random numbers at the same call indices; then a started call with another count on
+/// rank 1, which every rank's wait() must throw.
+void check_started_collectives(qsdp::call_options options, const char* label) {
+  const std::size_t n = 2 * (qsdp::min_piece_bytes / sizeof(float)) + 77;  // two pieces
+  const auto world = static_cast<std::size_t>(g_world);
+  const std::vector<float> shard = data_of(g_rank, n, 11), full = data_of(g_rank, n * world, 12);
+  const qsdp::stochastic<8> q{.bucket_size = 512, .seed = 5};
+  auto run = [&](bool started) {
+    qsdp::mpi_communicator comm(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(120)});
+    std::vector<float> gathered(n * world), scattered(n), reduced = shard, grouped(n * world);
+    if (started) {
+      qsdp::work a = qsdp::all_gather_async(comm, q, shard.data(), gathered.data(), n, options);
+      qsdp::work b = qsdp::reduce_scatter_async(comm, q, full.data(), scattered.data(), n,
+                                                qsdp::reduce_op::avg, options);
+      qsdp::work c =
+          qsdp::all_reduce_async(comm, q, reduced.data(), n, qsdp::reduce_op::sum, options);
+      qsdp::group_start(comm);
+      qsdp::all_gather(comm, q, shard.data(), grouped.data(), n, options);
+      qsdp::work d = qsdp::group_end_async(comm);
+      d.wait();
+      c.wait();
+      b.wait();
+      a.wait();
+    } else {
+      qsdp::all_gather(comm, q, shard.data(), gathered.data(), n, options);
+      qsdp::reduce_scatter(comm, q, full.data(), scattered.data(), n, qsdp::reduce_op::avg,
+                           options);
+      qsdp::all_reduce(comm, q, reduced.data(), n, qsdp::reduce_op::sum, options);
+      qsdp::group_start(comm);
+      qsdp::all_gather(comm, q, shard.data(), grouped.data(), n, options);
+      qsdp::group_end(comm);
+    }
+    gathered.insert(gathered.end(), scattered.begin(), scattered.end());
+    gathered.insert(gathered.end(), reduced.begin(), reduced.end());
+    gathered.insert(gathered.end(), grouped.begin(), grouped.end());
+    return gathered;
+  };
+  const std::vector<float> blocking = run(false), started = run(true);
+  check(blocking.size() == started.size() &&
+            std::memcmp(blocking.data(), started.data(), blocking.size() * sizeof(float)) == 0,
+        std::string("started collectives give the blocking calls' bits (") + label + ")");
+  if (g_world < 2) return;
+  qsdp::mpi_communicator comm(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(120)});
+  std::vector<float> in(100, 1.0f), out(100 * world);
+  std::string message;
+  qsdp::work w =
+      qsdp::all_gather_async(comm, q, in.data(), out.data(), g_rank == 1 ? 99 : 100, options);
+  try {
+    w.wait();
+  } catch (const qsdp::error& e) {
+    message = e.what();
+  }
+  check(message.find("rank 1 called with count 99, rank 0 with 100") != std::string::npos,
+        std::string("a started call's mismatch is thrown at wait() on every rank (") + label +
+            "; got: '" + message + "')");
+}
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -302,6 +363,14 @@ int main(int argc, char** argv) {
         check(apart == together,
               "in place = out of place: " + qsdp_test::in_place_label<T>(name, c));
       });
+  if (provided >= MPI_THREAD_SERIALIZED) {
+    check_started_collectives({.min_compressed_bytes = 0}, "compressed");
+    check_started_collectives({.min_compressed_bytes = qsdp::recommended_min_compressed_bytes},
+                              "the recommended gate");
+  } else {
+    check(false,
+          "MPI_Init_thread provides MPI_THREAD_SERIALIZED (got " + std::to_string(provided) + ")");
+  }
   const int status = qsdp_mpi_test::report(MPI_COMM_WORLD);
   MPI_Finalize();
   return status;

@@ -4,6 +4,7 @@
 // runs every check (they are collective), failures are printed by the rank that saw them, and the
 // counts are summed over ranks at the end. Run under mpiexec with any number of ranks (ctest:
 // mpi.communicator.np*).
+#include <qsdp/collectives.hpp>
 #include <qsdp/mpi.hpp>
 
 #include "mpi_check.hpp"
@@ -410,6 +411,20 @@ int main(int argc, char** argv) {
     test_bad_arguments(timed);
     test_started_exchanges(world);
     test_started_exchanges(timed);
+
+    // MPI_Init gives no thread level above MPI_THREAD_FUNNELED here: a started collective, whose
+    // progress thread would call MPI, is refused before anything moves, naming the fix.
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    std::vector<float> in(8, 1.0f), out(8 * static_cast<std::size_t>(world_size));
+    if (provided < MPI_THREAD_SERIALIZED)
+      check_throws(
+          [&] {
+            (void)qsdp::all_gather_async(world, qsdp::uniform<8>{}, in.data(), out.data(), 8);
+          },
+          "MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED", "a started collective refused");
+    qsdp::all_gather(world, qsdp::uniform<8>{}, in.data(), out.data(), 8);
+    check(out.back() == 1.0f, "a blocking collective after the refusal");
 
     // A sub-communicator (ranks split by parity, reversed order): rank(), size() and the exchanges
     // follow the wrapped communicator, not MPI_COMM_WORLD.

@@ -113,7 +113,7 @@ void delta_gather<T>::all_gather(Comm& comm, const Q& q, const T* shard, T* full
   constexpr const char* where = "qsdp::delta_gather::all_gather";
   static_assert(std::remove_cvref_t<Comm>::memory == memory_space::host,
                 "qsdp::delta_gather::all_gather: device buffers take the overload with a stream");
-  detail::refuse_in_group(comm, where);
+  detail::enter_host_call(comm, where);
   if (comm.size() != world_)
     throw qsdp::error(std::string(where) + ": communicator has " + std::to_string(comm.size()) +
                       " ranks; this delta_gather was made for world " + std::to_string(world_));

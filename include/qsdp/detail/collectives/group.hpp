@@ -444,6 +444,31 @@ void refuse_in_group(Comm& comm, const char* where) {
                       "call after qsdp::group_end");
 }
 
+/// What every blocking host collective does first: wait for the collectives started on `comm`
+/// (detail/collectives/async_lane.hpp), then refuse to run inside a group. On the lane's own
+/// thread, a started collective was checked when it was started, and the group state belongs to
+/// the caller's thread.
+template <class Comm>
+void enter_host_call(Comm& comm, const char* where) {
+  async_lane& lane = comm.workspace().lane;
+  if (lane.on_lane()) return;
+  lane.drain(where);
+  refuse_in_group(comm, where);
+}
+
+/// Queues `job` (a collective already checked) on `comm`'s progress thread and returns its work.
+/// Refused inside a group, and where the communicator says it cannot be used from another thread.
+template <class Comm, class Job>
+qsdp::work start_on_lane(Comm& comm, Job&& job, const char* where) {
+  if (comm.workspace().group.open())
+    throw qsdp::error(std::string(where) +
+                      ": called while a group is open on this communicator (qsdp::group_start); "
+                      "record the call with the blocking form and start the whole group with "
+                      "qsdp::group_end_async");
+  if constexpr (requires { comm.check_async_use(where); }) comm.check_async_use(where);
+  return comm.workspace().lane.submit(std::forward<Job>(job), where);
+}
+
 }  // namespace qsdp::detail
 
 namespace qsdp::detail {
@@ -459,11 +484,12 @@ inline void open_group(group_state& group) {
 /// group_end's bookkeeping: one level up; the outermost level hands its members over to run
 /// (the group is closed before it runs, so that a failure leaves the communicator usable), inner
 /// levels hand over nothing.
-inline std::vector<std::unique_ptr<group_member>> close_group(group_state& group) {
+inline std::vector<std::unique_ptr<group_member>> close_group(
+    group_state& group, const char* where = "qsdp::group_end") {
   if (!group.open())
-    throw qsdp::error(
-        "qsdp::group_end: no group is open on this communicator; expected a qsdp::group_start "
-        "before it");
+    throw qsdp::error(std::string(where) +
+                      ": no group is open on this communicator; expected a qsdp::group_start "
+                      "before it");
   if (--group.depth > 0) return {};
   std::vector<std::unique_ptr<group_member>> members = std::move(group.members);
   group.members.clear();
@@ -481,11 +507,30 @@ void group_start(Comm& comm) {
 
 template <communicator Comm>
 void group_end(Comm& comm) {
+  comm.workspace().lane.drain("qsdp::group_end");
   detail::group_state& group = comm.workspace().group;
   std::vector<std::unique_ptr<detail::group_member>> members = detail::close_group(group);
   if (group.open()) return;  // an inner group: the outermost one runs
   detail::host_group_transport<Comm> transport(comm);
   detail::run_group(transport, std::move(members));
+}
+
+template <communicator Comm>
+work group_end_async(Comm& comm) {
+  constexpr const char* where = "qsdp::group_end_async";
+  detail::group_state& group = comm.workspace().group;
+  if constexpr (requires { comm.check_async_use(where); })
+    if (group.depth == 1) comm.check_async_use(where);  // refused with the group still open
+  // std::function copies its callable: the members travel behind a shared pointer.
+  auto members = std::make_shared<std::vector<std::unique_ptr<detail::group_member>>>(
+      detail::close_group(group, where));
+  if (group.open()) return work{};  // an inner group: the outermost one runs
+  return comm.workspace().lane.submit(
+      [&comm, members] {
+        detail::host_group_transport<Comm> transport(comm);
+        detail::run_group(transport, std::move(*members));
+      },
+      where);
 }
 
 }  // namespace qsdp

@@ -169,7 +169,7 @@ template <class Comm, class Q, class T>
 void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op, const T* a,
                          T* b, std::size_t count, call_options options, const char* where,
                          std::uint32_t stream_base = 0) {
-  refuse_in_group(comm, where);
+  enter_host_call(comm, where);
   check_host_call(comm, q, kind, op, a, b, count, options, where);
   const collective_call plan =
       plan_collective<Q, T>(comm, q, kind, op, count, options, stream_base);
@@ -185,6 +185,21 @@ void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op
   comm.workspace().counters.count(plan.uncompressed, count * sizeof(T));
 }
 
+/// Every host collective started with a work: checked in the caller's thread (bad arguments throw
+/// there, not at wait()), then run by run_host_collective on the communicator's progress thread.
+template <class Comm, class Q, class T>
+qsdp::work start_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op op,
+                                 const T* a, T* b, std::size_t count, call_options options,
+                                 const char* where) {
+  check_host_call(comm, q, kind, op, a, b, count, options, where);
+  return start_on_lane(
+      comm,
+      [&comm, q, kind, op, a, b, count, options, where] {
+        run_host_collective(comm, q, kind, op, a, b, count, options, where);
+      },
+      where);
+}
+
 }  // namespace qsdp::detail
 
 namespace qsdp {
@@ -192,7 +207,10 @@ namespace qsdp {
 template <communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 call_options options) {
-  if (comm.workspace().group.open()) {
+  detail::async_lane& lane = comm.workspace().lane;
+  lane.drain("qsdp::all_gather");
+  // A collective started with a work runs its calls on the lane: never recorded in a group.
+  if (!lane.on_lane() && comm.workspace().group.open()) {
     detail::record_in_group(comm, q, detail::collective_kind::all_gather, reduce_op::sum, send,
                             recv, count, options, "qsdp::all_gather");
     return;
@@ -204,7 +222,10 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
 template <communicator Comm, class Q, class T>
 void reduce_scatter(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count, reduce_op op,
                     call_options options) {
-  if (comm.workspace().group.open()) {
+  detail::async_lane& lane = comm.workspace().lane;
+  lane.drain("qsdp::reduce_scatter");
+  // A collective started with a work runs its calls on the lane: never recorded in a group.
+  if (!lane.on_lane() && comm.workspace().group.open()) {
     detail::record_in_group(comm, q, detail::collective_kind::reduce_scatter, op, send, recv, count,
                             options, "qsdp::reduce_scatter");
     return;
@@ -219,6 +240,28 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
   detail::run_host_collective(comm, q, detail::collective_kind::all_reduce, op,
                               static_cast<const T*>(data), data, count, options,
                               "qsdp::all_reduce");
+}
+
+template <communicator Comm, class Q, class T>
+work all_gather_async(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                      call_options options) {
+  return detail::start_host_collective(comm, q, detail::collective_kind::all_gather, reduce_op::sum,
+                                       send, recv, count, options, "qsdp::all_gather_async");
+}
+
+template <communicator Comm, class Q, class T>
+work reduce_scatter_async(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
+                          reduce_op op, call_options options) {
+  return detail::start_host_collective(comm, q, detail::collective_kind::reduce_scatter, op, send,
+                                       recv, count, options, "qsdp::reduce_scatter_async");
+}
+
+template <communicator Comm, class Q, class T>
+work all_reduce_async(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op,
+                      call_options options) {
+  return detail::start_host_collective(comm, q, detail::collective_kind::all_reduce, op,
+                                       static_cast<const T*>(data), data, count, options,
+                                       "qsdp::all_reduce_async");
 }
 
 }  // namespace qsdp
