@@ -265,4 +265,32 @@ TEST_CASE("a gated all_gather may run in place, as FSDP's does") {
   });
 }
 
+TEST_CASE("call_timings: the codec's share of the time inside the collectives") {
+  // A compressed call encodes and decodes; a gated one only counts its wall time; a group's
+  // members count in encode and decode too. Every share is within the calls' total.
+  qsdp::run_local(2, [&](qsdp::local_communicator& comm) {
+    const qsdp::call_timings& t = comm.workspace().timings;
+    CHECK(t.calls_seconds == 0.0);
+    const auto in = rank_values<float>(comm.rank(), 200000, 1);
+    std::vector<float> full(2 * in.size()), shard(in.size() / 2);
+    qsdp::all_gather(comm, qsdp::stochastic<8>{}, in.data(), full.data(), in.size());
+    const double encode = t.encode_seconds, decode = t.decode_seconds;
+    CHECK(encode > 0.0);
+    CHECK(decode > 0.0);
+    CHECK(t.calls_seconds >= encode + decode);
+    CHECK(t.exchange_seconds() >= 0.0);
+    qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, in.data(), shard.data(), 64,
+                         qsdp::reduce_op::sum, recommended);  // gated: no codec
+    CHECK(t.encode_seconds == encode);
+    CHECK(t.decode_seconds == decode);
+    qsdp::group_start(comm);
+    qsdp::reduce_scatter(comm, qsdp::stochastic<4>{}, in.data(), shard.data(), shard.size(),
+                         qsdp::reduce_op::avg);
+    qsdp::group_end(comm);
+    CHECK(t.encode_seconds > encode);
+    CHECK(t.decode_seconds > decode);
+    CHECK(t.calls_seconds >= t.encode_seconds + t.decode_seconds);
+  });
+}
+
 TEST_SUITE_END();

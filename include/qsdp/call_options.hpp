@@ -84,4 +84,22 @@ struct call_counters {
   }
 };
 
+/// Where a communicator's host collectives spent their time, in seconds summed over calls since
+/// the communicator was made (host_workspace::timings): `calls`, the wall time inside the
+/// collectives (the blocking ones, group_end, and the started ones on their progress thread);
+/// `encode` and `decode`, the host codec's share of it (decode: decoding, or summing for a
+/// reduce_scatter, the received packets). The rest is the exchanges: the wire, and waiting for the
+/// peers, which one rank cannot tell apart. Calls the size gate sends uncompressed count in
+/// `calls` only.
+struct call_timings {
+  double calls_seconds = 0;   ///< inside the collectives
+  double encode_seconds = 0;  ///< encoding packets
+  double decode_seconds = 0;  ///< decoding or summing received packets
+
+  /// @return the time inside the collectives neither encoding nor decoding: exchanges and waits
+  double exchange_seconds() const noexcept {
+    return calls_seconds - encode_seconds - decode_seconds;
+  }
+};
+
 }  // namespace qsdp

@@ -83,6 +83,8 @@ class host_workspace {
   detail::group_state group;
   /// What the communicator's collectives did with the size gate.
   call_counters counters;
+  /// Where the communicator's collectives spent their time (call_timings).
+  call_timings timings;
 
   /// A buffer of at least `bytes` bytes, 64-byte aligned; valid until the next call of get().
   /// Grows to max(bytes, 1.5 x the capacity) when `bytes` exceeds the capacity.

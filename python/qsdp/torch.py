@@ -56,8 +56,8 @@ __all__ = [
     "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
     "reduce_scatter_tensor", "all_reduce", "all_gather_into_tensor_coalesced",
-    "reduce_scatter_tensor_coalesced", "call_counters", "DeltaGather", "fsdp", "synchronize",
-    "cuda_extension", "RECOMMENDED_MIN_COMPRESSED_BYTES",
+    "reduce_scatter_tensor_coalesced", "call_counters", "call_timings", "DeltaGather", "fsdp",
+    "synchronize", "cuda_extension", "RECOMMENDED_MIN_COMPRESSED_BYTES",
 ]
 
 #: The measured size gate (C++ qsdp::recommended_min_compressed_bytes, 32 KiB): below it a
@@ -786,6 +786,18 @@ def call_counters(group=None, device=None) -> dict:
     compressed_calls, compressed_bytes, gated_calls, gated_bytes = comm.counters
     return {"compressed_calls": compressed_calls, "compressed_bytes": compressed_bytes,
             "gated_calls": gated_calls, "gated_bytes": gated_bytes}
+
+
+def call_timings(group=None) -> dict:
+    """Where qsdp's collectives on CPU tensors of `group` spent their time since its communicator
+    was made, in seconds summed over calls (C++'s qsdp::call_timings): "calls" inside the
+    collectives, "encode" and "decode" the codec's share of it (decode: decoding or summing received
+    packets), "exchange" the rest: torch's exchanges and waiting for the peers. Waits for the
+    collectives started on the group first."""
+    comm = _communicator(group, "qsdp.torch.call_timings")
+    calls, encode, decode = comm.timings
+    return {"calls": calls, "encode": encode, "decode": decode,
+            "exchange": max(0.0, calls - encode - decode)}
 
 
 class DeltaGather:

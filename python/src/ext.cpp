@@ -126,6 +126,13 @@ struct started_work {
   }
 };
 
+/// Waits, the GIL given up, for the collectives started on comm: its counters are theirs to write
+/// until then.
+inline void drain_released(group_communicator& comm, const char* where) {
+  nb::gil_scoped_release released;
+  comm.workspace().lane.drain(where);
+}
+
 /// Runs `call` (a collective on comm's host buffers) now, or starts it on comm's progress thread
 /// and returns its work. The GIL is released: the exchanges take it (call_torch).
 template <class Call>
@@ -144,6 +151,7 @@ namespace {
 using qsdp::python::address;
 using qsdp::python::bytes;
 using qsdp::python::delta_holder;
+using qsdp::python::drain_released;
 using qsdp::python::element;
 using qsdp::python::gate;
 using qsdp::python::group_communicator;
@@ -176,9 +184,17 @@ NB_MODULE(_ext, m) {
           nb::call_guard<nb::gil_scoped_release>())
       .def("group_end_async",
            [](group_communicator& c) { return started_work(qsdp::group_end_async(c)); })
-      .def_prop_ro("counters", [](group_communicator& c) {
-        const qsdp::call_counters& n = c.workspace().counters;
-        return nb::make_tuple(n.compressed_calls, n.compressed_bytes, n.gated_calls, n.gated_bytes);
+      .def_prop_ro("counters",
+                   [](group_communicator& c) {
+                     drain_released(c, "qsdp.torch.call_counters");
+                     const qsdp::call_counters& n = c.workspace().counters;
+                     return nb::make_tuple(n.compressed_calls, n.compressed_bytes, n.gated_calls,
+                                           n.gated_bytes);
+                   })
+      .def_prop_ro("timings", [](group_communicator& c) {
+        drain_released(c, "qsdp.torch.call_timings");
+        const qsdp::call_timings& t = c.workspace().timings;
+        return nb::make_tuple(t.calls_seconds, t.encode_seconds, t.decode_seconds);
       });
 
   nb::class_<policy>(m, "Policy")

@@ -37,6 +37,7 @@
 #include "group_state.hpp"
 #include "host_packets.hpp"
 #include "plan.hpp"
+#include "timing.hpp"
 
 namespace qsdp::detail {
 
@@ -132,6 +133,7 @@ class host_group_member final : public planned_group_member<Comm, Q, T> {
   }
 
   void encode(std::byte* blocks, std::size_t stride, std::size_t offset, bool gated) override {
+    add_seconds_on_exit timed(comm_.workspace().timings.encode_seconds);
     for (std::size_t chunk = 0; chunk < this->chunks(); ++chunk) {
       std::byte* out = blocks + chunk * stride + offset;
       const T* src = this->chunk_values(chunk);
@@ -151,6 +153,7 @@ class host_group_member final : public planned_group_member<Comm, Q, T> {
 
   void finish(const std::byte* blocks, std::size_t stride, std::size_t offset, bool gated,
               float* accumulator) override {
+    add_seconds_on_exit timed(comm_.workspace().timings.decode_seconds);
     if (gated)
       finish_pieces(identity{}, piece_plan{count_, 1}, blocks + offset, stride, accumulator);
     else
@@ -511,6 +514,7 @@ void group_end(Comm& comm) {
   detail::group_state& group = comm.workspace().group;
   std::vector<std::unique_ptr<detail::group_member>> members = detail::close_group(group);
   if (group.open()) return;  // an inner group: the outermost one runs
+  detail::add_seconds_on_exit timed(comm.workspace().timings.calls_seconds);
   detail::host_group_transport<Comm> transport(comm);
   detail::run_group(transport, std::move(members));
 }
@@ -527,6 +531,7 @@ work group_end_async(Comm& comm) {
   if (group.open()) return work{};  // an inner group: the outermost one runs
   return comm.workspace().lane.submit(
       [&comm, members] {
+        detail::add_seconds_on_exit timed(comm.workspace().timings.calls_seconds);
         detail::host_group_transport<Comm> transport(comm);
         detail::run_group(transport, std::move(*members));
       },

@@ -22,6 +22,7 @@
 #include "host_packets.hpp"
 #include "pipeline.hpp"
 #include "plan.hpp"
+#include "timing.hpp"
 
 namespace qsdp::detail {
 
@@ -41,6 +42,7 @@ class host_steps {
   std::byte* scratch() const { return scratch_; }
 
   void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
+    add_seconds_on_exit timed(comm_.workspace().timings.encode_seconds);
     qsdp::encode(q_, src, count, packet, rng_position{.call = key.call, .stream = key.stream});
   }
   /// The exchanges: started and waited for through the communicator when it overlaps them
@@ -71,12 +73,14 @@ class host_steps {
   /// Rank r's packet, its header checked, decoded to recv + r * stride.
   void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv,
                    std::size_t stride) {
+    add_seconds_on_exit timed(comm_.workspace().timings.decode_seconds);
     decode_packets(q_, packets, packet_bytes, packet_bytes, world(), count, recv, stride, where_,
                    [this] { progress(); });
   }
 
   /// The world packets reduced to recv (reduce_packets) in the scratch's accumulator.
   void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+    add_seconds_on_exit timed(comm_.workspace().timings.decode_seconds);
     reduce_packets(q_, packets, packet_bytes, packet_bytes, world(), count, op_,
                    reinterpret_cast<float*>(scratch_ + plan_.scratch.accumulator), recv, where_);
   }
@@ -171,6 +175,7 @@ void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op
                          std::uint32_t stream_base = 0) {
   enter_host_call(comm, where);
   check_host_call(comm, q, kind, op, a, b, count, options, where);
+  add_seconds_on_exit timed(comm.workspace().timings.calls_seconds);
   const collective_call plan =
       plan_collective<Q, T>(comm, q, kind, op, count, options, stream_base);
   std::byte* const scratch =
