@@ -13,12 +13,22 @@ gradients (qt.fsdp.compress). Run it with torchrun:
     w4g4   weights random_shift<4>, gradients stochastic<4> (bucket 1024): QSDP's plain 4 bits
     w4g4d  weights as 4-bit differences (qt.DeltaGather, random_shift<4>, bucket 1024), gradients
            hadamard<stochastic<4>> (bucket 256): SDP4Bit's two ideas
+    wire8  the wire-only ideal of w8g8: every collective moves, uncompressed, exactly the bytes
+           w8g8's packets take, and nothing is encoded or decoded; the weights each rank gathers
+           are its own shard repeated, so its losses mean nothing: only its step time, which
+           bounds what any 8-bit codec can reach on these links
+    wire4  the same for w4g4's bytes
 The model (--layers 4 --width 128 --heads 4 --context 128), the initial weights and the data order
 (--seed) are the same for every run. The text is Debian's fortunes package (examples/fsdp_train/
 setup.sh installs it), 10 % held out. Rank 0 prints progress and, at the end, one line
 "final: run R steps S train T val V seconds X ag_ratio A rs_ratio B step_s M collective_s C"
 (M: the median seconds of a training step, slowest rank, evaluation not counted; C: seconds per step
-inside qsdp's collectives, codec and wire, mean over ranks; nan for fp32).
+inside the collectives, codec and wire, mean over ranks), and a line
+"breakdown: run R step M compute P collectives C encode E decode D exchange W" of per-step medians
+(slowest rank): compute is the step outside the collectives; encode and decode are qsdp's codec
+(qt.call_timings), exchange the rest of the collectives: the wire and waiting for the peers. Every
+run times its collectives through FSDP2's custom collective hooks (fp32's call torch's own
+collectives, as FSDP2 does).
 """
 from __future__ import annotations
 
@@ -38,7 +48,103 @@ from torch.distributed.fsdp import fully_shard
 
 import qsdp.torch as qt
 
-RUNS = ("fp32", "w8g8", "w4g4", "w4g4d")
+RUNS = ("fp32", "w8g8", "w4g4", "w4g4d", "wire8", "wire4")
+
+
+class Timed:
+    """Seconds inside the collectives of the hooks below, summed (the step's breakdown), and the
+    bytes they sent against the bytes of their values, per collective."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.bytes = {"all_gather": [0, 0], "reduce_scatter": [0, 0]}
+
+    def ratio(self, name: str) -> float:
+        sent, values = self.bytes[name]
+        return sent / values if values else 1.0
+
+
+class PlainAllGather:
+    """FSDP2's all-gather as FSDP2 runs it (torch's collective), timed; with `wire_bytes` the
+    wire-only ideal: an all-gather of that many bytes per rank, no codec, and the output filled with
+    this rank's shard (timing only)."""
+
+    def __init__(self, timed: Timed, wire_bytes=None):
+        self.timed, self.wire_bytes = timed, wire_bytes
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        start = time.perf_counter()
+        values = input_tensor.numel() * input_tensor.element_size()
+        if self.wire_bytes is None:
+            dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
+            n = values
+        else:
+            n = self.wire_bytes(input_tensor)
+            send = torch.empty(n, dtype=torch.uint8)
+            dist.all_gather_into_tensor(torch.empty(n * group.size(), dtype=torch.uint8), send,
+                                        group=group)
+            # FSDP2 hands over the input in place, inside the output: a copy first
+            output_tensor.view(group.size(), -1).copy_(input_tensor.clone().view(1, -1))
+        self.timed.seconds += time.perf_counter() - start
+        self.timed.bytes["all_gather"][0] += n
+        self.timed.bytes["all_gather"][1] += values
+        return None
+
+
+class PlainReduceScatter:
+    """FSDP2's reduce-scatter as FSDP2 runs it, timed; with `wire_bytes` the wire-only ideal: an
+    all-to-all of that many bytes per peer (a compressed reduce-scatter's exchange), no codec, and
+    this rank's own chunk as the output (timing only)."""
+
+    def __init__(self, timed: Timed, wire_bytes=None):
+        self.timed, self.wire_bytes = timed, wire_bytes
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        start = time.perf_counter()
+        world = group.size()
+        values = output_tensor.numel() * output_tensor.element_size()
+        if self.wire_bytes is None:
+            dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
+            n = values
+        else:
+            n = self.wire_bytes(output_tensor)
+            dist.all_to_all_single(torch.empty(n * world, dtype=torch.uint8),
+                                   torch.empty(n * world, dtype=torch.uint8), group=group)
+            output_tensor.copy_(input_tensor.view(world, -1)[group.rank()])
+        self.timed.seconds += time.perf_counter() - start
+        self.timed.bytes["reduce_scatter"][0] += n
+        self.timed.bytes["reduce_scatter"][1] += values
+        return None
+
+
+def time_plain_collectives(model, timed: Timed, weights=None, grads=None) -> None:
+    """Installs the timed plain hooks on every FSDPModule of the model; weights / grads: the
+    policies whose packet sizes the wire-only ideal sends (None: the real collective)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    def packet_bytes(policy):
+        """The bytes qt.fsdp.compress sends per peer for tensor t: packets, or the values of a
+        buffer below its default size gate."""
+        if policy is None:
+            return None
+
+        def sent(t):
+            values = t.numel() * t.element_size()
+            if values < qt.RECOMMENDED_MIN_COMPRESSED_BYTES:
+                return values
+            return qt.compressed_size(policy, t.numel(), t.dtype)
+        return sent
+
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_custom_all_gather(PlainAllGather(timed, packet_bytes(weights)))
+            m.set_custom_reduce_scatter(PlainReduceScatter(timed, packet_bytes(grads)))
 
 
 def load_text(path: str, validation_fraction: float = 0.1):
@@ -189,6 +295,13 @@ def main():
             model, weights=qt.random_shift(bits=4, seed=11),
             grads=qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=12)),
             weight_deltas=True)
+    plain = Timed()
+    if args.compress == "fp32":
+        time_plain_collectives(model, plain)
+    elif args.compress in ("wire8", "wire4"):
+        bits = 8 if args.compress == "wire8" else 4
+        time_plain_collectives(model, plain, weights=qt.random_shift(bits=bits),
+                               grads=qt.stochastic(bits=bits))
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -206,7 +319,19 @@ def main():
     train_loss = math.nan
     recent = []
     step_seconds = []  # forward, backward and optimizer of each step, evaluation not counted
+    parts = {"collectives": [], "encode": [], "decode": []}  # seconds of each step
+
+    def totals():
+        """Seconds inside the collectives since the run began, and qsdp's encode and decode share."""
+        t = qt.call_timings(mesh.get_group()) if handle is not None \
+            else {"encode": 0.0, "decode": 0.0}
+        inside = plain.seconds
+        if handle is not None:
+            inside += sum(s["seconds"] for s in handle.stats().values())
+        return inside, t["encode"], t["decode"]
+
     for step in range(1, args.steps + 1):
+        before = totals()
         step_start = time.perf_counter()
         x, y = batch(train_data, args.batch, args.context, g)
         logits = model(x)
@@ -217,6 +342,8 @@ def main():
         schedule.step()
         recent.append(loss.item())
         step_seconds.append(time.perf_counter() - step_start)
+        for key, now, then in zip(parts, totals(), before):
+            parts[key].append(now - then)
         if step % args.eval_every == 0 or step == args.steps:
             train_loss = mean_over_ranks(sum(recent) / len(recent))
             recent = []
@@ -229,12 +356,12 @@ def main():
                 log.flush()
     seconds = time.perf_counter() - start
     ratios = {}
-    collective_seconds = math.nan  # inside qsdp's collectives, per step (compressed runs)
     if handle is not None:
-        stats = handle.stats()
-        for name, s in stats.items():
+        for name, s in handle.stats().items():
             ratios[name] = s["bytes"] / s["uncompressed_bytes"] if s["uncompressed_bytes"] else 1
-        collective_seconds = mean_over_ranks(sum(s["seconds"] for s in stats.values())) / args.steps
+    else:
+        ratios = {name: plain.ratio(name) for name in plain.bytes}
+    collective_seconds = mean_over_ranks(sum(parts["collectives"])) / args.steps
     # The median step of the slowest rank: the first steps (allocation, warm-up) and the odd slow
     # one do not move it.
     step_median = max_over_ranks(statistics.median(step_seconds))
@@ -242,6 +369,16 @@ def main():
         f"seconds {seconds:.1f} ag_ratio {ratios.get('all_gather', 1.0):.3f} "
         f"rs_ratio {ratios.get('reduce_scatter', 1.0):.3f} step_s {step_median:.4f} "
         f"collective_s {collective_seconds:.4f}", flush=True)
+    # Per-step medians, slowest rank: the step, the part outside the collectives, the collectives,
+    # and their codec and exchange shares.
+    medians = {key: max_over_ranks(statistics.median(v)) for key, v in parts.items()}
+    compute = max_over_ranks(statistics.median(
+        [s - c for s, c in zip(step_seconds, parts["collectives"])]))
+    exchange = max_over_ranks(statistics.median(
+        [c - e - d for c, e, d in zip(parts["collectives"], parts["encode"], parts["decode"])]))
+    say(f"breakdown: run {args.compress} step {step_median:.4f} compute {compute:.4f} "
+        f"collectives {medians['collectives']:.4f} encode {medians['encode']:.4f} "
+        f"decode {medians['decode']:.4f} exchange {exchange:.4f}", flush=True)
     if log:
         log.close()
     # Drop everything that holds the process group before destroying it: a ProcessGroup that
