@@ -8,13 +8,18 @@
 //                   [--grads fp32|stochastic8|hadamard_stochastic4|...] [--store fp32|nearest4|...]
 //                   [--ranks 4] [--steps 3000] [--batch 256] [--lr 3e-3] [--seed 1] [--bucket 1024]
 //                   [--data /usr/share/games/fortunes] [--eval-every 250] [--val-examples 8192]
-//                   [--hidden 384] [--embed 16] [--context 16] [--log FILE.csv] [--mpi]
+//                   [--hidden 384] [--embed 16] [--context 16] [--log FILE.csv] [--mpi] [--profile]
 //
 // Prints progress every --eval-every steps and a final line
 //   final: steps S train T val V val_quantized Q seconds X
 // (train: mean loss of the last eval window's batches; val: validation loss with the exact master
 // weights; val_quantized: with the weights through the training's weight quantizer). --log writes
-// step,train,val rows for plots.
+// step,train,val rows for plots. --profile adds a line of per-step medians on rank 0 (evaluation
+// not counted):
+//   breakdown: step S compute C collectives K encode E decode D exchange W
+// (seconds: the step; the part outside qsdp's collectives; inside them; their host codec's encode
+// and decode; the rest of them, the exchanges and waiting for the peers; qsdp::call_timings).
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -23,6 +28,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <qsdp/communicator.hpp>
 #if QSDP_EXAMPLE_MPI
@@ -50,6 +56,7 @@ struct options {
   fsdp_train::model_config model;
   std::string log;
   bool mpi = false;
+  bool profile = false;
 };
 
 [[noreturn]] void bad(const std::string& message) {
@@ -70,6 +77,10 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
     if (flag == "--mpi") {
       o.mpi = true;
       continue;
@@ -115,6 +126,13 @@ options parse(int argc, char** argv) {
   return o;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  const auto middle = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), middle, v.end());
+  return *middle;
+}
+
 template <class Comm>
 void train(Comm& comm, const options& o, const fsdp_train::corpus& text) {
   const int rank = comm.rank(), world = comm.size();
@@ -145,12 +163,24 @@ void train(Comm& comm, const options& o, const fsdp_train::corpus& text) {
   double window = 0, last_train = 0;
   long in_window = 0;
   double val = 0;
+  // --profile: each step's seconds, and its share inside the collectives (qsdp::call_timings).
+  std::vector<double> step_s, calls_s, encode_s, decode_s;
+  const qsdp::call_timings& timings = comm.workspace().timings;
   for (long step = 0; step < o.steps; ++step) {
     const fsdp_train::batch local =
         fsdp_train::training_batch(text.train, o.model.context, o.batch, o.seed,
                                    static_cast<std::uint64_t>(step), rank, world);
+    const qsdp::call_timings before = timings;
+    const auto step_start = std::chrono::steady_clock::now();
     window += model.train_step(local, o.batch, adam, static_cast<std::uint64_t>(step),
                                static_cast<std::uint64_t>(o.steps));
+    if (o.profile) {
+      step_s.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+      calls_s.push_back(timings.calls_seconds - before.calls_seconds);
+      encode_s.push_back(timings.encode_seconds - before.encode_seconds);
+      decode_s.push_back(timings.decode_seconds - before.decode_seconds);
+    }
     ++in_window;
     if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) {
       last_train = window / static_cast<double>(in_window);
@@ -177,6 +207,18 @@ void train(Comm& comm, const options& o, const fsdp_train::corpus& text) {
   if (rank == 0) {
     std::printf("final: steps %ld train %.4f val %.4f val_quantized %.4f seconds %.1f\n", o.steps,
                 last_train, val, val_quantized, seconds);
+    if (o.profile) {
+      std::vector<double> compute_s, exchange_s;
+      for (std::size_t i = 0; i < step_s.size(); ++i) {
+        compute_s.push_back(step_s[i] - calls_s[i]);
+        exchange_s.push_back(calls_s[i] - encode_s[i] - decode_s[i]);
+      }
+      std::printf(
+          "breakdown: step %.5f compute %.5f collectives %.5f encode %.5f decode %.5f exchange "
+          "%.5f\n",
+          median(step_s), median(compute_s), median(calls_s), median(encode_s), median(decode_s),
+          median(exchange_s));
+    }
     if (log) std::fclose(log);
   }
 }
