@@ -353,7 +353,8 @@ TEST_CASE("bad arguments of the collectives are refused with a qsdp::error") {
 namespace {
 
 /// A transport that damages rank 1's packet on its way (every second all-gather is a payload
-/// exchange, after the descriptor exchange), to show that receivers check what they get.
+/// exchange, after the descriptor exchange; its blocks are [call descriptor | packet]), to show
+/// that receivers check what they get.
 struct corrupting_communicator {
   static constexpr qsdp::memory_space memory = qsdp::memory_space::host;
   qsdp::local_communicator& inner;
@@ -364,7 +365,7 @@ struct corrupting_communicator {
   std::uint64_t next_call() { return inner.next_call(); }
   void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     inner.all_gather_bytes(send, recv, n);
-    if (++gathers % 2 == 0) recv[n + 16] ^= std::byte{1};  // rank 1's header: bucket_size
+    if (++gathers % 2 == 0) recv[n + 64 + 16] ^= std::byte{1};  // rank 1's header: bucket_size
   }
   void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
     inner.all_to_all_bytes(send, recv, n);

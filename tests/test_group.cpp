@@ -21,26 +21,6 @@ namespace {
 
 constexpr qsdp::call_options compress_all{.min_compressed_bytes = 0};
 
-/// A local_communicator that counts the exchanges the collectives make through it.
-struct counting_communicator {
-  static constexpr qsdp::memory_space memory = qsdp::memory_space::host;
-  qsdp::local_communicator& inner;
-  int exchanges = 0;
-  int rank() const { return inner.rank(); }
-  int size() const { return inner.size(); }
-  qsdp::host_workspace& workspace() { return inner.workspace(); }
-  std::uint64_t next_call() { return inner.next_call(); }
-  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
-    ++exchanges;
-    inner.all_gather_bytes(send, recv, n);
-  }
-  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
-    ++exchanges;
-    inner.all_to_all_bytes(send, recv, n);
-  }
-};
-static_assert(qsdp::communicator<counting_communicator>);
-
 template <class T>
 std::vector<T> rank_values(int rank, std::size_t n, std::uint32_t salt) {
   return convert<T>(
@@ -263,6 +243,33 @@ TEST_CASE("an empty group and nested groups") {
   });
 }
 
+TEST_CASE("a group run again moves in one exchange, its descriptor in front") {
+  qsdp::run_local(3, [&](qsdp::local_communicator& local) {
+    counting_communicator comm{local};
+    const auto mine = rank_values<float>(comm.rank(), 3 * 100, 1);
+    std::vector<float> all(300), first(300), shard(100);
+    auto group = [&] {
+      qsdp::group_start(comm);
+      qsdp::all_gather(comm, qsdp::uniform<8>{}, mine.data(), all.data(), 100, compress_all);
+      qsdp::reduce_scatter(comm, qsdp::stochastic<4>{}, mine.data(), shard.data(), 100,
+                           qsdp::reduce_op::avg, compress_all);
+      qsdp::group_end(comm);
+    };
+    group();
+    CHECK(comm.exchanges == 2);  // the group's first run agrees on it first
+    first = all;
+    group();
+    CHECK(comm.exchanges == 3);
+    CHECK(same_bits(all, first));  // uniform<8>: the same packets, decoded after the check
+    // An empty group agrees every time: a rank with calls would be caught there.
+    for (int i = 0; i < 2; ++i) {
+      qsdp::group_start(comm);
+      qsdp::group_end(comm);
+    }
+    CHECK(comm.exchanges == 5);
+  });
+}
+
 TEST_CASE("a group_end without a group_start throws, and so do calls a group cannot hold") {
   qsdp::run_local(1, [&](qsdp::local_communicator& comm) {
     CHECK_THROWS_WITH_AS(qsdp::group_end(comm), doctest::Contains("no group is open"), qsdp::error);
@@ -330,6 +337,22 @@ TEST_CASE("ranks that disagree on a group all throw, and can go on") {
           qsdp::group_end(comm);
         },
         "call 1 of the group");
+  }
+  SUBCASE("groups agreed before, then one rank runs the other: the descriptors in front catch it") {
+    expect_every_rank_throws(
+        [&](qsdp::local_communicator& comm) {
+          std::vector<float> send(3 * 64, 1.0f), recv(64);
+          auto group = [&](qsdp::reduce_op op) {
+            qsdp::group_start(comm);
+            qsdp::reduce_scatter(comm, qsdp::uniform<8>{}, send.data(), recv.data(), 64, op,
+                                 compress_all);
+            qsdp::group_end(comm);
+          };
+          group(qsdp::reduce_op::sum);
+          group(qsdp::reduce_op::avg);
+          group(comm.rank() == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum);
+        },
+        "ranks disagree on the group: a call in it differs from rank 0's");
   }
   SUBCASE("one rank makes a single call where the others end a group") {
     expect_every_rank_throws(

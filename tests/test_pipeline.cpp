@@ -228,6 +228,63 @@ TEST_SUITE("pipeline") {
         "call_options::max_pieces");
   }
 
+  TEST_CASE("a repeated call: one exchange per piece, the ranks' descriptors checked in them") {
+    const qsdp::stochastic<8> q{.bucket_size = 256, .seed = 5};
+    const std::size_t count = 2 * floats_per_min_piece;  // 2 pieces
+    const qsdp::call_options options{.min_compressed_bytes = 0, .max_pieces = 2};
+    for (const int kind : {0, 1, 2}) {
+      INFO("collective " << kind);
+      qsdp::run_local(3, [&](qsdp::local_communicator& local) {
+        qsdp_test::counting_communicator comm{local};
+        const std::vector<float> mine = input_of(comm.rank(), 3 * count);
+        std::vector<float> out(3 * count), again(3 * count);
+        auto call = [&](std::vector<float>& to) {
+          if (kind == 0) qsdp::all_gather(comm, q, mine.data(), to.data(), count, options);
+          if (kind == 1)
+            qsdp::reduce_scatter(comm, q, mine.data(), to.data(), count, qsdp::reduce_op::sum,
+                                 options);
+          if (kind == 2) {
+            to = mine;
+            qsdp::all_reduce(comm, q, to.data(), 3 * count, qsdp::reduce_op::sum, options);
+          }
+        };
+        call(out);
+        const int first = comm.exchanges;
+        call(again);
+        const int phases = kind == 2 ? 2 : 1;
+        CHECK(first == 1 + 2 * phases);               // the signature's agreement, then the pieces
+        CHECK(comm.exchanges - first == 2 * phases);  // the pieces alone
+        CHECK_FALSE(same_bits(out, again));           // fresh random numbers: the second call ran
+      });
+    }
+    // Both signatures agreed before; then rank 1 makes the other one (another op, the same bytes
+    // on the wire): the descriptors in front of the packets catch it, before any is summed.
+    qsdp_test::expect_every_rank_throws(
+        [&](qsdp::local_communicator& comm) {
+          const std::vector<float> in(3 * 4096, 1.0f);
+          std::vector<float> out(4096);
+          for (auto op : {qsdp::reduce_op::sum, qsdp::reduce_op::avg})
+            qsdp::reduce_scatter(comm, q, in.data(), out.data(), 4096, op, options);
+          qsdp::reduce_scatter(comm, q, in.data(), out.data(), 4096,
+                               comm.rank() == 1 ? qsdp::reduce_op::avg : qsdp::reduce_op::sum,
+                               options);
+        },
+        "rank 1 called with reduce_op avg, rank 0 with sum");
+    // Another seed is not part of the call's signature; another bucket size is, and changes the
+    // packets' size, which the transport refuses.
+    qsdp_test::expect_every_rank_throws(
+        [&](qsdp::local_communicator& comm) {
+          const std::vector<float> in(4096, 1.0f);
+          std::vector<float> out(3 * 4096);
+          for (const std::size_t bucket : {std::size_t{256}, std::size_t{512}})
+            qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = bucket}, in.data(), out.data(),
+                             4096, options);
+          qsdp::all_gather(comm, qsdp::uniform<8>{.bucket_size = comm.rank() == 0 ? 512u : 256u},
+                           in.data(), out.data(), 4096, options);
+        },
+        "bytes but rank");
+  }
+
   TEST_CASE("local_communicator: started exchanges run in start order when waited for") {
     qsdp::run_local(3, [](qsdp::local_communicator& comm) {
       const auto r = static_cast<std::byte>(comm.rank());

@@ -13,11 +13,13 @@
 /// Reduce-scatter goes through all-to-all rather than a ring, so each value is quantized exactly
 /// once and summed in fp32 on the receiver: the error does not grow with the number of ranks.
 ///
-/// Every compressed call first exchanges a 64-byte descriptor (collective, policy, bits, bucket
-/// size, element type, count, op, size gate) so that a rank that called differently makes every
-/// rank throw the same qsdp::error, instead of a hang or garbage; then the packets, whose headers
-/// every receiver checks again. A call below the size gate (call_options) moves its values
-/// uncompressed in one exchange, each rank's descriptor in front of its values.
+/// Every call carries a 64-byte descriptor (collective, policy, bits, bucket size, element type,
+/// count, op, size gate, pieces) in front of its packets, or of its values when the size gate
+/// (call_options) sends it uncompressed, and every receiver compares the world's before it decodes,
+/// so that a rank that called differently makes every rank throw the same qsdp::error instead of a
+/// hang or garbage; the packets' headers are checked again. The first call of each signature on a
+/// communicator exchanges the descriptors in a round trip of their own first, which also catches
+/// calls whose exchanges would differ in size (docs/reference/wire-format.md).
 ///
 /// Declared and documented here; the host definitions are in detail/collectives/host.hpp, the
 /// device ones (translation units compiled by nvcc) in detail/cuda/device_collectives.cuh.
@@ -115,8 +117,9 @@ void all_reduce(Comm& comm, const Q& q, T* data, std::size_t count, reduce_op op
 
 /// Opens a group on `comm`, as ncclGroupStart does: until the matching group_end, qsdp::all_gather
 /// and qsdp::reduce_scatter on `comm` check their arguments, draw their call indices and return
-/// without moving anything; group_end then runs them all in one agreement and one exchange (the
-/// packets of every call laid out in one message per peer), instead of two round trips per call:
+/// without moving anything; group_end then runs them all in one exchange (the packets of every
+/// call laid out in one message per peer, after the group's descriptor; the first run of a group
+/// agrees on it in a round trip of its own), instead of an exchange per call:
 ///
 ///     qsdp::group_start(comm);
 ///     for (auto& layer : layers)

@@ -40,8 +40,8 @@ namespace detail {
 
 /// The call signatures (64-byte call descriptors) all ranks of a communicator have agreed on, so
 /// that a repeated call can skip the separate round trip that compares them: the device collectives
-/// for every call, the host ones for the calls that the size gate sends uncompressed (which carry
-/// their descriptor in front of their values instead). The same on every rank, since every rank
+/// (whose kernels check the packet headers), and the host ones, which carry their descriptor in
+/// front of their values or packets instead. The same on every rank, since every rank
 /// makes the same calls in the same order. A device two_level pair keeps its calls' pairs of
 /// descriptors (one per level, 128 bytes) in one of its own.
 template <std::size_t Bytes>

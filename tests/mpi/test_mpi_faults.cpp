@@ -119,8 +119,8 @@ results run_collectives(qsdp::mpi_communicator& comm, fault mode) {
           break;
         case fault::segv: std::raise(SIGSEGV); break;
         case fault::hang_pieced: {
-          // Rank 1 agrees on the others' pieced call (the descriptor exchange that begins every
-          // compressed call), so that they go on to its exchanges, then hangs before them.
+          // Rank 1 agrees on the others' pieced call (the descriptor exchange that begins a
+          // signature's first call), so that they go on to its exchanges, then hangs before them.
           const auto mine = qsdp::detail::describe_call<qsdp::stochastic<8>, float>(
               policy, qsdp::detail::collective_kind::reduce_scatter, qsdp::reduce_op::sum,
               pieced_count, world, pieced_options);

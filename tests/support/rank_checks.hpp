@@ -1,17 +1,40 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checks over in-process ranks for the doctest suites: a body that every rank must leave with the
-// same qsdp::error.
+// same qsdp::error, and a communicator that counts the exchanges a collective makes.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
 
 #include <qsdp/communicator.hpp>
 
 namespace qsdp_test {
+
+/// A local_communicator that counts the exchanges the collectives make through it (it starts none:
+/// a call in pieces runs them one after another).
+struct counting_communicator {
+  static constexpr qsdp::memory_space memory = qsdp::memory_space::host;
+  qsdp::local_communicator& inner;
+  int exchanges = 0;
+  int rank() const { return inner.rank(); }
+  int size() const { return inner.size(); }
+  qsdp::host_workspace& workspace() { return inner.workspace(); }
+  std::uint64_t next_call() { return inner.next_call(); }
+  void all_gather_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    ++exchanges;
+    inner.all_gather_bytes(send, recv, n);
+  }
+  void all_to_all_bytes(const std::byte* send, std::byte* recv, std::size_t n) {
+    ++exchanges;
+    inner.all_to_all_bytes(send, recv, n);
+  }
+};
+static_assert(qsdp::communicator<counting_communicator>);
 
 /// Runs body(comm) on 3 in-process ranks and checks that every rank throws a qsdp::error, the
 /// message (of the last rank to throw) containing `needle`.

@@ -5,13 +5,16 @@
 // (checked and planned as a single call: the same call indices, the same packets) and return;
 // group_end then runs them all:
 //
-//   1. one agreement: a 64-byte group descriptor (how many calls, a hash of their call
-//      descriptors, the size gate) from every rank; only when the hashes differ, a second exchange
-//      of the call descriptors themselves, to name the first call that differs;
-//   2. every call encodes its packets into this rank's block(s), call after call;
+//   1. on a group signature's first run, one agreement: a 64-byte group descriptor (how many
+//      calls, a hash of their call descriptors, the size gate) from every rank; only when the
+//      hashes differ, a second exchange of the call descriptors themselves, to name the first call
+//      that differs;
+//   2. every call encodes its packets into this rank's block(s), call after call, after the group
+//      descriptor (host blocks; the device sends bare packets);
 //   3. one exchange: all_gather_bytes of one block when every call is an all_gather, else
 //      all_to_all_bytes of one block per peer (an all_gather's packets copied into each);
-//   4. every call decodes (all_gather) or sums (reduce_scatter) its packets from the blocks.
+//   4. the world's group descriptors are compared, then every call decodes (all_gather) or sums
+//      (reduce_scatter) its packets from the blocks.
 //
 // On an overlapping_communicator (MPI's, the in-process one) the calls are cut into segments of
 // consecutive calls, each its own exchange started as soon as it is encoded, so that encoding,
@@ -227,21 +230,16 @@ inline group_descriptor describe_group(const std::vector<std::unique_ptr<group_m
   return d;
 }
 
-/// Agrees on the group: throws on every rank alike when the ranks' groups differ, naming how (the
-/// number of calls, or the first call that differs and the field). gather(mine, n) returns the
-/// world's n bytes (rank r's at r * n) on the host: the transport's (run_group).
-template <class Gather>
-void agree_on_group(const std::vector<std::unique_ptr<group_member>>& members, int world_size,
-                    Gather&& gather) {
-  const group_descriptor mine = describe_group(members, world_size);
-  const auto world = static_cast<std::size_t>(world_size);
-  const std::byte* const all = gather(&mine, sizeof mine);
+/// Compares the world's group descriptors (rank r's at all + r * stride) with rank 0's: throws
+/// when one is not a group descriptor or holds another number of calls; returns whether their calls
+/// differ otherwise (the hash of their call descriptors, the gate or the world).
+inline bool compare_group_descriptors(const std::byte* all, std::size_t stride, std::size_t world) {
   group_descriptor first;
   std::memcpy(&first, all, sizeof first);
   bool hashes_differ = false;
   for (std::size_t peer = 0; peer < world; ++peer) {
     group_descriptor theirs;
-    std::memcpy(&theirs, all + peer * sizeof theirs, sizeof theirs);
+    std::memcpy(&theirs, all + peer * stride, sizeof theirs);
     const std::string rank = "rank " + std::to_string(peer);
     if (theirs.magic != group_magic)
       throw qsdp::error(std::string(group_end_where) + ": ranks disagree: " + rank +
@@ -254,7 +252,18 @@ void agree_on_group(const std::vector<std::unique_ptr<group_member>>& members, i
     hashes_differ = hashes_differ || theirs.hash != first.hash || theirs.gate != first.gate ||
                     theirs.world != first.world;
   }
-  if (!hashes_differ) return;
+  return hashes_differ;
+}
+
+/// Agrees on the group: throws on every rank alike when the ranks' groups differ, naming how (the
+/// number of calls, or the first call that differs and the field). gather(mine, n) returns the
+/// world's n bytes (rank r's at r * n) on the host: the transport's (run_group).
+template <class Gather>
+void agree_on_group(const std::vector<std::unique_ptr<group_member>>& members, int world_size,
+                    Gather&& gather) {
+  const group_descriptor mine = describe_group(members, world_size);
+  const auto world = static_cast<std::size_t>(world_size);
+  if (!compare_group_descriptors(gather(&mine, sizeof mine), sizeof mine, world)) return;
   // Every rank saw the same descriptors, so every rank takes this second exchange.
   const std::size_t bytes = members.size() * sizeof(call_descriptor);
   std::vector<std::byte> mine_calls(bytes);
@@ -298,6 +307,9 @@ inline constexpr std::size_t group_segment_bytes = min_piece_bytes / 4;
 ///   overlaps()                       whether segments may be on the wire while others are encoded
 ///   world()                          the communicator's size
 ///   agree(members)                   agree_on_group through the transport's gather, where needed
+///   lead()                           bytes in front of each block: the group's descriptor on the
+///                                    host, checked by every rank before it finishes a member;
+///                                    0 on the device
 ///   scratch(bytes)                   the group's scratch, 64-byte aligned
 ///   replicate(blocks, stride, offset, n)
 ///                                    copies bytes [offset, offset + n) of block 0 to the others
@@ -314,14 +326,21 @@ class host_group_transport {
 
   static constexpr bool overlaps() { return overlapping_communicator<Comm>; }
   int world() const { return comm_.size(); }
-  /// Host groups agree at every group_end, as host calls do: one 64-byte exchange.
+  /// Host groups agree on a group signature's first run in a round trip of their own, as host
+  /// calls do (agree_once); later runs carry the group's descriptor in front of every block. An
+  /// empty group, which sends no block, agrees every time.
   void agree(const std::vector<std::unique_ptr<group_member>>& members) {
-    agree_on_group(members, comm_.size(), [&](const void* mine, std::size_t n) {
+    const group_descriptor mine = describe_group(members, comm_.size());
+    agreed_signatures& agreed = comm_.workspace().agreed;
+    if (!members.empty() && agreed.contains(&mine)) return;
+    agree_on_group(members, comm_.size(), [&](const void* bytes, std::size_t n) {
       std::byte* const all = comm_.workspace().get(n * static_cast<std::size_t>(comm_.size()));
-      comm_.all_gather_bytes(static_cast<const std::byte*>(mine), all, n);
+      comm_.all_gather_bytes(static_cast<const std::byte*>(bytes), all, n);
       return static_cast<const std::byte*>(all);
     });
+    agreed.remember(&mine);
   }
+  static constexpr std::size_t lead() { return sizeof(group_descriptor); }
   std::byte* scratch(std::size_t bytes) { return comm_.workspace().get(bytes); }
   void replicate(std::byte* blocks, std::size_t stride, std::size_t offset, std::size_t n) {
     for (std::size_t peer = 1; peer < static_cast<std::size_t>(comm_.size()); ++peer)
@@ -359,11 +378,12 @@ void run_group(Transport& transport, std::vector<std::unique_ptr<group_member>> 
   std::size_t values = 0;
   for (const auto& m : members) values += m->value_bytes();
   const bool gated = !members.empty() && gated_uncompressed(values, 1, members.front()->gate());
+  const std::size_t lead = transport.lead();
   std::vector<group_segment> segments;
   std::size_t floats = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (segments.empty() || (transport.overlaps() && segments.back().block >= group_segment_bytes))
-      segments.push_back({.first = i, .end = i});
+      segments.push_back({.first = i, .end = i, .block = lead});
     group_segment& seg = segments.back();
     seg.end = i + 1;
     seg.block += members[i]->block_bytes(gated);
@@ -383,9 +403,13 @@ void run_group(Transport& transport, std::vector<std::unique_ptr<group_member>> 
   if (members.empty()) return;
   std::byte* const scratch = transport.scratch(accumulator + floats * sizeof(float));
 
+  const group_descriptor mine = describe_group(members, transport.world());
   auto encode = [&](const group_segment& seg) {
     std::byte* const out = scratch + seg.outgoing;
-    std::size_t offset = 0;
+    if (lead)
+      for (std::size_t b = 0; b < (seg.scatters ? world : 1); ++b)
+        std::memcpy(out + b * seg.block, &mine, lead);
+    std::size_t offset = lead;
     for (std::size_t i = seg.first; i < seg.end; ++i) {
       const std::size_t n = members[i]->block_bytes(gated);
       members[i]->encode(out, seg.block, offset, gated);
@@ -396,7 +420,13 @@ void run_group(Transport& transport, std::vector<std::unique_ptr<group_member>> 
   const bool alone = segments.size() == 1;
   float* const acc = reinterpret_cast<float*>(scratch + accumulator);
   auto finish = [&](const group_segment& seg) {
-    std::size_t offset = 0;
+    if (lead && compare_group_descriptors(scratch + seg.incoming, seg.block, world))
+      throw qsdp::error(std::string(group_end_where) +
+                        ": ranks disagree on the group: a call in it differs from rank 0's in "
+                        "its collective, count, policy, op, element type, pipeline or gate (each "
+                        "rank's group was agreed on before, so only their descriptors are "
+                        "compared here)");
+    std::size_t offset = lead;
     for (std::size_t i = seg.first; i < seg.end; ++i) {
       members[i]->finish(scratch + seg.incoming, seg.block, offset, gated, acc);
       offset += members[i]->block_bytes(gated);

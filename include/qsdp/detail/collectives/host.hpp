@@ -41,9 +41,13 @@ class host_steps {
   const collective_call& plan() const { return plan_; }
   std::byte* scratch() const { return scratch_; }
 
-  void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
+  /// Every block carries the call's descriptor in front of its packet (exchange_lead).
+  static constexpr std::size_t lead() { return exchange_lead(memory_space::host); }
+  void encode(const T* src, std::size_t count, std::byte* block, const rng_key& key) {
     add_seconds_on_exit timed(comm_.workspace().timings.encode_seconds);
-    qsdp::encode(q_, src, count, packet, rng_position{.call = key.call, .stream = key.stream});
+    std::memcpy(block, &plan_.descriptor, lead());
+    qsdp::encode(q_, src, count, block + lead(),
+                 rng_position{.call = key.call, .stream = key.stream});
   }
   /// The exchanges: started and waited for through the communicator when it overlaps them
   /// (overlapping_communicator) and the call has pieces to overlap, else run whole when started
@@ -70,18 +74,22 @@ class host_steps {
       if (overlaps()) comm_.progress();
   }
 
-  /// Rank r's packet, its header checked, decoded to recv + r * stride.
-  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv,
+  /// The ranks' descriptors checked, then rank r's packet, its header checked, decoded to
+  /// recv + r * stride.
+  void decode_each(const std::byte* blocks, std::size_t block_bytes, std::size_t count, T* recv,
                    std::size_t stride) {
     add_seconds_on_exit timed(comm_.workspace().timings.decode_seconds);
-    decode_packets(q_, packets, packet_bytes, packet_bytes, world(), count, recv, stride, where_,
-                   [this] { progress(); });
+    check_descriptors(blocks, world(), where_, block_bytes);
+    decode_packets(q_, blocks + lead(), block_bytes, block_bytes - lead(), world(), count, recv,
+                   stride, where_, [this] { progress(); });
   }
 
-  /// The world packets reduced to recv (reduce_packets) in the scratch's accumulator.
-  void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
+  /// The ranks' descriptors checked, then the world packets reduced to recv (reduce_packets) in
+  /// the scratch's accumulator.
+  void reduce(const std::byte* blocks, std::size_t block_bytes, std::size_t count, T* recv) {
     add_seconds_on_exit timed(comm_.workspace().timings.decode_seconds);
-    reduce_packets(q_, packets, packet_bytes, packet_bytes, world(), count, op_,
+    check_descriptors(blocks, world(), where_, block_bytes);
+    reduce_packets(q_, blocks + lead(), block_bytes, block_bytes - lead(), world(), count, op_,
                    reinterpret_cast<float*>(scratch_ + plan_.scratch.accumulator), recv, where_);
   }
 
@@ -107,13 +115,9 @@ class host_steps {
 /// A call the size gate sends uncompressed (call_options::min_compressed_bytes), in one exchange of
 /// blocks of [this rank's call descriptor | values]: all_gather and all_reduce send one block (the
 /// shard; all_reduce the whole buffer) to every peer, reduce_scatter block j to rank j. Every rank
-/// checks all descriptors before it uses a value, so ranks that called differently all throw, as
-/// after the separate agreement of a compressed call -- unless their blocks differ in size, which
-/// only the transport can see (local_communicator throws on every rank; for MPI, collectives of
-/// mismatched sizes are erroneous: an error such as MPI_ERR_TRUNCATE at best). That is why a
-/// signature's first call still agrees in a round trip of its own, as every compressed call does: a
-/// rank that calls with another count, policy or gate is caught there, and only repeats of an
-/// agreed signature fold the agreement into the data. The sums are those of the policy
+/// checks all descriptors before it uses a value, so ranks that called differently all throw (what
+/// that cannot catch, and why a signature's first call agrees separately: agree_once). The sums are
+/// those of the policy
 /// qsdp::identity: fp32, in rank order, then divided by the world for avg, then rounded to T;
 /// all_reduce sums the world's whole buffers in one go, which gives the bits that its
 /// reduce_scatter then all_gather would.
@@ -123,11 +127,7 @@ void run_gated(Comm& comm, const collective_call& c, reduce_op op, const T* send
   const gated_layout& l = c.gated;
   const auto world = static_cast<std::size_t>(comm.size());
   const std::size_t value_bytes = l.block_values * sizeof(T);
-  agreed_signatures& agreed = comm.workspace().agreed;
-  if (!agreed.contains(&c.descriptor)) {
-    agree_on_call(comm, c.descriptor, scratch + l.incoming, where);
-    agreed.remember(&c.descriptor);
-  }
+  agree_once(comm, c.descriptor, scratch + l.incoming, where);
   std::byte* const out = scratch + l.outgoing;
   std::byte* const in = scratch + l.incoming;
   auto fill_block = [&](std::byte* block, const T* values) {
@@ -183,7 +183,7 @@ void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op
   if (plan.uncompressed) {
     run_gated(comm, plan, op, a, b, count, scratch, where);
   } else {
-    agree_on_call(comm, plan.descriptor, scratch + plan.scratch.descriptors, where);
+    agree_once(comm, plan.descriptor, scratch + plan.scratch.descriptors, where);
     host_steps<Comm, Q, T> steps(comm, q, plan, op, scratch, where);
     run_collective(steps, q, a, b, count);
   }

@@ -26,6 +26,21 @@ void agree_on_call(Comm& comm, const call_descriptor& mine, std::byte* scratch, 
   check_descriptors(scratch, comm.size(), where);
 }
 
+/// The round trip of agree_on_call on a signature's first call; later calls of an agreed
+/// signature carry their descriptor in front of their values or packets instead, and every rank
+/// checks the world's before it uses a byte (run_gated, host_steps). What that cannot catch is a
+/// rank whose exchange differs in size from the others': local_communicator throws on every rank;
+/// for MPI, collectives of mismatched sizes are erroneous (an error such as MPI_ERR_TRUNCATE at
+/// best). A signature's first call agrees separately for that reason: a rank that calls with
+/// another count, policy, pipeline or gate is caught there.
+template <class Comm>
+void agree_once(Comm& comm, const call_descriptor& mine, std::byte* scratch, const char* where) {
+  agreed_signatures& agreed = comm.workspace().agreed;
+  if (agreed.contains(&mine)) return;
+  agree_on_call(comm, mine, scratch, where);
+  agreed.remember(&mine);
+}
+
 template <class Comm, class Q, class T>
 void check_collective_arguments(const Comm& comm, const Q& q, const char* where) {
   static_assert(std::remove_cvref_t<Comm>::memory == memory_space::host,

@@ -21,7 +21,10 @@
 // type provides:
 //   rank(), world()                              the communicator's
 //   plan(), scratch()                            the collective_call and its scratch (plan_scratch)
-//   encode(src, count, packet, key)              one packet of `count` values
+//   lead()                                       bytes in front of each packet in an exchange
+//                                                (the host's call descriptor; 0 on the device):
+//                                                each `block` below is lead() + a packet
+//   encode(src, count, block, key)               one block of `count` values
 //   start_all_gather(send, recv, n), start_all_to_all(send, recv, n)
 //                                                start an exchange of n bytes per peer; returns a
 //                                                ticket. Until wait(ticket), send must not change
@@ -29,9 +32,9 @@
 //   wait(ticket)                                 the exchange has completed
 //   progress()                                   lets started exchanges advance (MPI moves a
 //                                                non-blocking collective only inside MPI calls)
-//   decode_each(packets, packet_bytes, count, recv, stride)
-//                                                rank r's packet to recv + r * stride
-//   reduce(packets, packet_bytes, count, recv)   the sum (or average) of the world packets to recv
+//   decode_each(blocks, block_bytes, count, recv, stride)
+//                                                rank r's block to recv + r * stride
+//   reduce(blocks, block_bytes, count, recv)     the sum (or average) of the world blocks to recv
 //   copy(to, from, n), zero(to, n)               n values of the element type
 //   finish()                                     after the last step (the device moves its call
 //                                                counter on; see device_steps)
@@ -82,7 +85,7 @@ class pending_exchanges {
 };
 
 /// all_gather of `count` values per rank, the phase whose pieces draw call indices call + p, in
-/// `packets` (a slot of world + 1 packets per piece: mine, then the world's).
+/// `packets` (a slot of world + 1 blocks per piece: mine, then the world's).
 template <class Steps, class Q, class T>
 void gather_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_t count,
                     std::uint64_t call, std::byte* packets) {
@@ -93,24 +96,23 @@ void gather_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_
   pending_exchanges<Steps> pending(steps);
   auto decode = [&](std::size_t p) {
     const std::size_t n = pieces.values_of(p, count);
-    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    const std::size_t block = steps.lead() + layout_for<Q, T>(q, n).total;
     pending.wait_oldest();
-    steps.decode_each(packets + p * slot + packet_bytes, packet_bytes, n, recv + p * pieces.values,
-                      count);
+    steps.decode_each(packets + p * slot + block, block, n, recv + p * pieces.values, count);
   };
   for (std::size_t p = 0; p < pieces.count; ++p) {
     const std::size_t n = pieces.values_of(p, count);
-    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    const std::size_t block = steps.lead() + layout_for<Q, T>(q, n).total;
     std::byte* const mine = packets + p * slot;
     steps.encode(send + p * pieces.values, n, mine, rng_key{seed_of(q), call + p, stream});
-    pending.started(steps.start_all_gather(mine, mine + packet_bytes, packet_bytes));
+    pending.started(steps.start_all_gather(mine, mine + block, block));
     if (p > 0) decode(p - 1);
   }
   decode(pieces.count - 1);
 }
 
 /// reduce_scatter of world chunks of `count` values, the phase whose pieces draw call indices
-/// call + p, in `packets` (a slot per piece: world outgoing, then world incoming packets).
+/// call + p, in `packets` (a slot per piece: world outgoing, then world incoming blocks).
 template <class Steps, class Q, class T>
 void scatter_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_t count,
                      std::uint64_t call, std::byte* packets) {
@@ -120,24 +122,22 @@ void scatter_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size
   pending_exchanges<Steps> pending(steps);
   auto reduce = [&](std::size_t p) {
     const std::size_t n = pieces.values_of(p, count);
-    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    const std::size_t block = steps.lead() + layout_for<Q, T>(q, n).total;
     pending.wait_oldest();
-    steps.reduce(packets + p * slot + world * packet_bytes, packet_bytes, n,
-                 recv + p * pieces.values);
+    steps.reduce(packets + p * slot + world * block, block, n, recv + p * pieces.values);
   };
   for (std::size_t p = 0; p < pieces.count; ++p) {
     const std::size_t n = pieces.values_of(p, count);
-    const std::size_t packet_bytes = layout_for<Q, T>(q, n).total;
+    const std::size_t block = steps.lead() + layout_for<Q, T>(q, n).total;
     std::byte* const outgoing = packets + p * slot;
     for (std::size_t chunk = 0; chunk < world; ++chunk) {
       const auto stream = steps.plan().stream_base +
                           chunk_stream(steps.rank(), steps.world(), static_cast<int>(chunk));
-      steps.encode(send + chunk * count + p * pieces.values, n, outgoing + chunk * packet_bytes,
+      steps.encode(send + chunk * count + p * pieces.values, n, outgoing + chunk * block,
                    rng_key{seed_of(q), call + p, stream});
       steps.progress();
     }
-    pending.started(
-        steps.start_all_to_all(outgoing, outgoing + world * packet_bytes, packet_bytes));
+    pending.started(steps.start_all_to_all(outgoing, outgoing + world * block, block));
     if (p > 0) reduce(p - 1);
   }
   reduce(pieces.count - 1);

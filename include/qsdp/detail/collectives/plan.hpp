@@ -217,6 +217,14 @@ std::size_t piece_alignment(const Q& q) {
   }
 }
 
+/// Bytes in front of every packet of a compressed call's exchanges: on the host the call's
+/// descriptor, which every rank checks before it decodes, so that only a signature's first call
+/// needs a round trip of its own (run_host_collective); on the device none (its signatures are
+/// agreed once, and the kernels check the packet headers).
+constexpr std::size_t exchange_lead(memory_space memory) {
+  return memory == memory_space::host ? sizeof(call_descriptor) : 0;
+}
+
 /// Where a collective's scratch goes, as byte offsets from its 64-byte aligned start.
 struct scratch_layout {
   std::size_t descriptors = 0;  // the ranks' call descriptors
@@ -229,8 +237,9 @@ struct scratch_layout {
 };
 
 /// The one scratch layout of the collectives, host and device, for `world` ranks, shards of `shard`
-/// values of `value_size` bytes, cut into `pieces` whose packets take `packet_bytes` each (a full
-/// piece's; the last piece's may be shorter and still takes a full slot):
+/// values of `value_size` bytes, cut into `pieces` whose packets take `packet_bytes` each with
+/// their exchange_lead (a full piece's; the last piece's may be shorter and still takes a full
+/// slot):
 ///   descriptors  world of them; the device adds a slot from which it sends its own
 ///   packets      one slot per piece, each slot all_gather: mine and the world gathered;
 ///                reductions: world outgoing, world incoming (a piece's exchange may still be in
@@ -343,7 +352,8 @@ collective_call plan_collective(Comm& comm, const Q& q, collective_kind kind, re
   const std::size_t packet_bytes = c.uncompressed
                                        ? layout_for<identity, T>(identity{}, c.pieces.values).total
                                        : layout_for<Q, T>(q, c.pieces.values).total;
-  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T), packet_bytes, c.pieces);
+  c.scratch = plan_scratch(kind, Comm::memory, world, c.shard, sizeof(T),
+                           exchange_lead(Comm::memory) + packet_bytes, c.pieces);
   if (c.uncompressed && Comm::memory == memory_space::host)
     c.gated = plan_gated(kind, world, count, sizeof(T));
   return c;

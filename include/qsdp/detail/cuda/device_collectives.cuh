@@ -89,6 +89,7 @@ class device_steps {
   /// The kernels take the call index from the communicator's device counter (plus the piece's and
   /// the phase's offset from the call's first index), not from the host's plan: a CUDA graph that
   /// captured this call then draws fresh numbers at every replay.
+  static constexpr std::size_t lead() { return exchange_lead(memory_space::device); }
   void encode(const T* src, std::size_t count, std::byte* packet, const rng_key& key) {
     const rng_key phase{key.seed, key.call - plan_.calls[0], key.stream};
     launch_encode(q_, src, count, packet, rng_source(phase, call_counter_), stream_, where_);

@@ -144,6 +144,8 @@ class device_group_transport {
   bool overlaps() const { return exchanges_.overlaps(); }
   int world() const { return comm_.size(); }
 
+  /// Bare blocks: the signature was agreed on, and the kernels check the packet headers.
+  static constexpr std::size_t lead() { return 0; }
   void agree(const std::vector<std::unique_ptr<group_member>>& members) {
     const group_descriptor mine = describe_group(members, comm_.size());
     device_state& state = comm_.state();
