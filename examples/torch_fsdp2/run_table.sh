@@ -61,10 +61,10 @@ for run in ${runs}; do
              --csv "${out}/${run}.csv" "${extra[@]}" | tee -a /dev/stderr)
   final=$(grep '^final:' <<<"${output}")
   read -r _ _ _ _ s _ train _ val _ secs _ ag _ rs _ step _ collective <<<"${final}"
-  read -r _ _ _ _ _ _ compute _ inside _ encode _ decode _ exchange \
+  read -r _ _ _ _ _ _ compute _ inside _ hooks _ encode _ decode _ exchange \
     <<<"$(grep '^breakdown:' <<<"${output}")"
   step_of[${run}]="${step}"
-  breakdowns+=("${run}|${step}|${compute}|${inside}|${encode}|${decode}|${exchange}")
+  breakdowns+=("${run}|${step}|${compute}|${inside}|${hooks}|${encode}|${decode}|${exchange}")
   if [[ "${run}" == wire* ]]; then train="-"; val="-"; fi  # timing only: the weights are not gathered
   [[ "${run}" == fp32 ]] && { fp32_val="${val}"; fp32_step="${step}"; }
   versus="-"
@@ -82,10 +82,10 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "(${steps} steps, 4 processes, links ${net:-unshaped (loopback)}, $(( $(date +%s) - started )) s in all; bytes as a fraction of uncompressed; step: median seconds of a step, slowest rank)"
 echo
-echo "| run | step (s) | compute | collectives | encode | decode | exchange and wait | speedup over fp32 | wire-only ideal's speedup | share of the ideal |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | step (s) | compute | collectives | hooks | encode | decode | exchange and wait | speedup over fp32 | wire-only ideal's speedup | share of the ideal |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for row in "${breakdowns[@]}"; do
-  IFS='|' read -r run step compute inside encode decode exchange <<<"${row}"
+  IFS='|' read -r run step compute inside hooks encode decode exchange <<<"${row}"
   speedup="-"; ideal="-"; share="-"
   fp32_step="${step_of[fp32]:-}"
   [[ -n "${fp32_step}" ]] && speedup=$(awk -v s="${step}" -v f="${fp32_step}" 'BEGIN { printf "%.2fx", f / s }')
@@ -94,10 +94,10 @@ for row in "${breakdowns[@]}"; do
     ideal=$(awk -v s="${step_of[${wire}]}" -v f="${fp32_step}" 'BEGIN { printf "%.2fx", f / s }')
     share=$(awk -v s="${step}" -v w="${step_of[${wire}]}" 'BEGIN { printf "%.0f %%", 100 * w / s }')
   fi
-  echo "| ${run} | ${step} | ${compute} | ${inside} | ${encode} | ${decode} | ${exchange} | ${speedup} | ${ideal} | ${share} |"
+  echo "| ${run} | ${step} | ${compute} | ${inside} | ${hooks} | ${encode} | ${decode} | ${exchange} | ${speedup} | ${ideal} | ${share} |"
 done
 echo
-echo "(per-step medians in seconds, slowest rank; compute: the step outside the collectives; exchange and wait: the collectives less qsdp's codec; wire8 / wire4 move w8g8's / w4g4's bytes with no codec, the bound of any codec at those bytes; w4g4d is set against wire4, whose bytes are close to its own)"
+echo "(per-step medians in seconds, slowest rank; compute: the step outside the collectives; hooks: the collectives' time outside qsdp's calls (the FSDP2 hooks' Python, copies and allocations); exchange and wait: qsdp's calls less their codec; wire8 / wire4 move w8g8's / w4g4's bytes with no codec, the bound of any codec at those bytes; w4g4d is set against wire4, whose bytes are close to its own)"
 if "${python}" -c "import matplotlib" 2>/dev/null; then
   "${python}" "${here}/../fsdp_train/plot_losses.py" "${out}/losses.png" "${out}"/*.csv >&2
 fi

@@ -24,9 +24,10 @@ setup.sh installs it), 10 % held out. Rank 0 prints progress and, at the end, on
 "final: run R steps S train T val V seconds X ag_ratio A rs_ratio B step_s M collective_s C"
 (M: the median seconds of a training step, slowest rank, evaluation not counted; C: seconds per step
 inside the collectives, codec and wire, mean over ranks), and a line
-"breakdown: run R step M compute P collectives C encode E decode D exchange W" of per-step medians
-(slowest rank): compute is the step outside the collectives; encode and decode are qsdp's codec
-(qt.call_timings), exchange the rest of the collectives: the wire and waiting for the peers. Every
+"breakdown: run R step M compute P collectives C hooks H encode E decode D exchange W" of per-step
+medians (slowest rank): compute is the step outside the collectives; hooks the collectives' time
+outside qsdp's calls (the hooks' Python, copies and allocations); encode and decode qsdp's codec
+(qt.call_timings); exchange the rest of qsdp's calls: the wire and waiting for the peers. Every
 run times its collectives through FSDP2's custom collective hooks (fp32's call torch's own
 collectives, as FSDP2 does).
 """
@@ -319,16 +320,17 @@ def main():
     train_loss = math.nan
     recent = []
     step_seconds = []  # forward, backward and optimizer of each step, evaluation not counted
-    parts = {"collectives": [], "encode": [], "decode": []}  # seconds of each step
+    parts = {"collectives": [], "calls": [], "encode": [], "decode": []}  # seconds of each step
 
     def totals():
-        """Seconds inside the collectives since the run began, and qsdp's encode and decode share."""
-        t = qt.call_timings(mesh.get_group()) if handle is not None \
-            else {"encode": 0.0, "decode": 0.0}
+        """Seconds inside the collectives since the run began, inside qsdp's calls (torch's own
+        collectives for the runs without qsdp), and qsdp's encode and decode share."""
         inside = plain.seconds
-        if handle is not None:
-            inside += sum(s["seconds"] for s in handle.stats().values())
-        return inside, t["encode"], t["decode"]
+        if handle is None:
+            return inside, inside, 0.0, 0.0
+        inside += sum(s["seconds"] for s in handle.stats().values())
+        t = qt.call_timings(mesh.get_group())
+        return inside, t["calls"], t["encode"], t["decode"]
 
     for step in range(1, args.steps + 1):
         before = totals()
@@ -374,10 +376,13 @@ def main():
     medians = {key: max_over_ranks(statistics.median(v)) for key, v in parts.items()}
     compute = max_over_ranks(statistics.median(
         [s - c for s, c in zip(step_seconds, parts["collectives"])]))
+    hooks = max_over_ranks(statistics.median(
+        [c - q for c, q in zip(parts["collectives"], parts["calls"])]))
     exchange = max_over_ranks(statistics.median(
-        [c - e - d for c, e, d in zip(parts["collectives"], parts["encode"], parts["decode"])]))
+        [q - e - d for q, e, d in zip(parts["calls"], parts["encode"], parts["decode"])]))
     say(f"breakdown: run {args.compress} step {step_median:.4f} compute {compute:.4f} "
-        f"collectives {medians['collectives']:.4f} encode {medians['encode']:.4f} "
+        f"collectives {medians['collectives']:.4f} hooks {hooks:.4f} "
+        f"encode {medians['encode']:.4f} "
         f"decode {medians['decode']:.4f} exchange {exchange:.4f}", flush=True)
     if log:
         log.close()
