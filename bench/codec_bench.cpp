@@ -8,7 +8,10 @@
 // (which serves the stochastic encode), the stochastic encoders also run on the AVX2 loops alone,
 // as encode_avx2/..., side by side.
 //
-//   qsdp_codec_bench [--values=N] [google benchmark flags]
+// Decoded outputs from --streaming-bytes on (default 16 MiB) are written with non-temporal
+// stores, as qsdp::decode does; a value above the buffer's size shows the cached stores instead.
+//
+//   qsdp_codec_bench [--values=N] [--streaming-bytes=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -118,6 +121,10 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (std::strncmp(argv[i], "--streaming-bytes=", 18) == 0) {
+      qsdp::detail::host_streaming_bytes = std::strtoull(argv[i] + 18, nullptr, 10);
+      continue;
+    }
     if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0) repetitions_given = true;
     args.push_back(argv[i]);
   }
@@ -157,8 +164,11 @@ int main(int argc, char** argv) {
                   qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 256, .seed = 1}});
   register_policy("stochastic<4>/256", qsdp::stochastic<4>{.bucket_size = 256, .seed = 1});
 
-  std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s\n", g_values,
-              g_values * 4.0 / 1048576, qsdp::host_codec_isa());
+  std::printf(
+      "qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s, streaming stores "
+      "from %zu bytes\n",
+      g_values, g_values * 4.0 / 1048576, qsdp::host_codec_isa(),
+      qsdp::detail::host_streaming_bytes.load());
   median_collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();

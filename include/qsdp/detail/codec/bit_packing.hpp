@@ -6,11 +6,19 @@
 // multiple of eight.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "../../config.hpp"
+
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#define QSDP_PACK_SSE2 1
+#else
+#define QSDP_PACK_SSE2 0
+#endif
 
 namespace qsdp::detail {
 
@@ -19,6 +27,44 @@ template <int B>
 QSDP_FORCE_INLINE void pack_groups(const std::uint8_t* codes, std::size_t groups, std::byte* out) {
   if constexpr (B == 8) {
     std::memcpy(out, codes, groups * 8);
+  } else if constexpr ((B == 4 || B == 2) && std::endian::native == std::endian::little) {
+    // Eight codes as one word, byte k code k: shifts and masks gather the bits of neighbouring
+    // bytes (each code < 2^B, so a shift brings no bits but the neighbour's), halving the bytes at
+    // each step until the group's B bytes are left. With SSE2, the same steps on 32 codes at a
+    // time, the halving done by saturating packs (every byte they keep is below 256).
+    const std::size_t vector_groups = QSDP_PACK_SSE2 ? groups / 4 * 4 : 0;
+#if QSDP_PACK_SSE2
+    const __m128i low_bytes = _mm_set1_epi16(0x00FF);
+    // 16-bit lane: its two bytes' bits (each below 2^bits) in its low byte
+    const auto pairs = [&](__m128i c, int bits) {
+      return _mm_and_si128(_mm_or_si128(c, _mm_srli_epi16(c, 8 - bits)), low_bytes);
+    };
+    for (std::size_t g = 0; g < vector_groups; g += 4) {
+      const __m128i c0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 8 * g));
+      const __m128i c1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 8 * g + 16));
+      __m128i packed = _mm_packus_epi16(pairs(c0, B), pairs(c1, B));  // byte k: codes 2k, 2k + 1
+      if constexpr (B == 4) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * g), packed);
+      } else {
+        packed = _mm_packus_epi16(pairs(packed, 2 * B), _mm_setzero_si128());
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 2 * g), packed);
+      }
+    }
+#endif
+    for (std::size_t g = vector_groups; g < groups; ++g) {
+      std::uint64_t w;
+      std::memcpy(&w, codes + 8 * g, 8);
+      w = (w | (w >> (8 - B))) & 0x00FF00FF00FF00FFull;  // byte 2k: codes 2k, 2k + 1
+      w = (w | (w >> (16 - 2 * B))) & 0x0000FFFF0000FFFFull;
+      w = w | (w >> (32 - 4 * B));
+      if constexpr (B == 4) {
+        const auto packed = static_cast<std::uint32_t>(w);
+        std::memcpy(out + 4 * g, &packed, 4);
+      } else {
+        const auto packed = static_cast<std::uint16_t>((w & 0xFF) | ((w >> 24) & 0xFF00));
+        std::memcpy(out + 2 * g, &packed, 2);
+      }
+    }
   } else if constexpr (B == 4) {
     auto* o = reinterpret_cast<std::uint8_t*>(out);
     for (std::size_t j = 0; j < groups * 4; ++j)
@@ -59,7 +105,30 @@ QSDP_FORCE_INLINE void unpack_codes(const std::byte* stream, std::size_t start, 
     const std::size_t groups = (n - j) / 8;
     const std::byte* in = stream + (start + j) / 8 * B;
     std::uint8_t* o = out + j;
-    if constexpr (B == 4) {
+    if constexpr (B == 4 && std::endian::native == std::endian::little) {
+      // pack_groups' steps backwards: the group's four bytes spread to one code per byte (with
+      // SSE2: low and high halves of 16 bytes, interleaved).
+      const std::size_t vector_groups = QSDP_PACK_SSE2 ? groups / 4 * 4 : 0;
+#if QSDP_PACK_SSE2
+      const __m128i nibble = _mm_set1_epi8(0x0F);
+      for (std::size_t g = 0; g < vector_groups; g += 4) {
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 4 * g));
+        const __m128i lo = _mm_and_si128(packed, nibble);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 8 * g), _mm_unpacklo_epi8(lo, hi));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 8 * g + 16), _mm_unpackhi_epi8(lo, hi));
+      }
+#endif
+      for (std::size_t g = vector_groups; g < groups; ++g) {
+        std::uint32_t packed;
+        std::memcpy(&packed, in + 4 * g, 4);
+        std::uint64_t w = packed;
+        w = (w | (w << 16)) & 0x0000FFFF0000FFFFull;
+        w = (w | (w << 8)) & 0x00FF00FF00FF00FFull;
+        w = (w | (w << 4)) & 0x0F0F0F0F0F0F0F0Full;
+        std::memcpy(o + 8 * g, &w, 8);
+      }
+    } else if constexpr (B == 4) {
       const auto* s = reinterpret_cast<const std::uint8_t*>(in);
       for (std::size_t k = 0; k < groups * 4; ++k) {
         o[2 * k] = s[k] & 0xF;
@@ -152,3 +221,5 @@ class code_writer {
 };
 
 }  // namespace qsdp::detail
+
+#undef QSDP_PACK_SSE2
