@@ -8,10 +8,7 @@
 // (which serves the stochastic encode), the stochastic encoders also run on the AVX2 loops alone,
 // as encode_avx2/..., side by side.
 //
-// Decoded outputs from --streaming-bytes on (default 16 MiB) are written with non-temporal
-// stores, as qsdp::decode does; a value above the buffer's size shows the cached stores instead.
-//
-//   qsdp_codec_bench [--values=N] [--streaming-bytes=N] [google benchmark flags]
+//   qsdp_codec_bench [--values=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -121,10 +118,6 @@ int main(int argc, char** argv) {
       }
       continue;
     }
-    if (std::strncmp(argv[i], "--streaming-bytes=", 18) == 0) {
-      qsdp::detail::host_streaming_bytes = std::strtoull(argv[i] + 18, nullptr, 10);
-      continue;
-    }
     if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0) repetitions_given = true;
     args.push_back(argv[i]);
   }
@@ -156,7 +149,7 @@ int main(int argc, char** argv) {
   register_policy("symmetric<2>", qsdp::symmetric<2>{});
   register_policy("random_shift<2>", qsdp::random_shift<2>{.seed = 1});
   register_policy("identity", qsdp::identity{});
-  // Rotated buckets (goal: encode at 0.5 of memcpy or more), next to plain stochastic<4> at the
+  // Rotated buckets (goal: encode at 0.4 of memcpy or more), next to plain stochastic<4> at the
   // same bucket size.
   register_policy("hadamard<stochastic<4>>",
                   qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 1024, .seed = 1}});
@@ -164,11 +157,8 @@ int main(int argc, char** argv) {
                   qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 256, .seed = 1}});
   register_policy("stochastic<4>/256", qsdp::stochastic<4>{.bucket_size = 256, .seed = 1});
 
-  std::printf(
-      "qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s, streaming stores "
-      "from %zu bytes\n",
-      g_values, g_values * 4.0 / 1048576, qsdp::host_codec_isa(),
-      qsdp::detail::host_streaming_bytes.load());
+  std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s\n", g_values,
+              g_values * 4.0 / 1048576, qsdp::host_codec_isa());
   median_collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
@@ -176,13 +166,13 @@ int main(int argc, char** argv) {
   const auto& m = reporter.bytes_per_second;
   if (!m.count("memcpy")) return 0;  // filtered out: no ceiling to compare with
   const double ceiling = m.at("memcpy");
-  const std::map<std::string, double> goals = {{"encode/uniform<8>", 0.6},
-                                               {"decode/uniform<8>", 0.7},
-                                               {"encode/symmetric<8>", 0.6},
-                                               {"decode/symmetric<8>", 0.7},
+  const std::map<std::string, double> goals = {{"encode/uniform<8>", 0.85},
+                                               {"decode/uniform<8>", 0.9},
+                                               {"encode/symmetric<8>", 0.85},
+                                               {"decode/symmetric<8>", 0.9},
                                                {"encode/stochastic<8>", 0.5},
-                                               {"encode/hadamard<stochastic<4>>", 0.5},
-                                               {"encode/hadamard<stochastic<4>>/256", 0.5}};
+                                               {"encode/hadamard<stochastic<4>>", 0.4},
+                                               {"encode/hadamard<stochastic<4>>/256", 0.4}};
   std::printf("\nratio to memcpy (medians; memcpy %.2f GB/s, bytes read + written)\n",
               ceiling / 1e9);
   std::printf("%-34s %10s %8s %8s %s\n", "benchmark", "GB/s", "ratio", "goal", "");

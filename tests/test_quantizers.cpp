@@ -200,17 +200,10 @@ void check_paths_agree(const char* type_name) {
       qsdp::detail::host_force_baseline = true;
       run(base, base_out, base_acc);
       qsdp::detail::host_force_baseline = false;
-      // Decoded with non-temporal stores (used for large outputs), into a buffer one value off
-      // a 32-byte boundary: the values before the first boundary take the scalar formula.
-      std::vector<T> streamed(x.size() + 1);
-      const std::size_t streaming_from = qsdp::detail::host_streaming_bytes.exchange(0);
-      qsdp::decode(q, fast.data(), x.size(), streamed.data() + 1);
-      qsdp::detail::host_streaming_bytes = streaming_from;
       INFO(std::string(type_name) << " " << describe(q) << " bucket " << bucket);
       REQUIRE(avx2 == base);
       REQUIRE(fast == base);
       REQUIRE(std::memcmp(fast_out.data(), base_out.data(), x.size() * sizeof(T)) == 0);
-      REQUIRE(std::memcmp(streamed.data() + 1, base_out.data(), x.size() * sizeof(T)) == 0);
       REQUIRE(std::memcmp(fast_acc.data(), base_acc.data(), x.size() * sizeof(float)) == 0);
     });
   }

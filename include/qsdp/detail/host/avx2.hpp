@@ -522,7 +522,7 @@ QSDP_AVX2_LOOP void encode_drawn_codes(const float* x, std::size_t n, const code
 /// integer (|shift| < 2^30), added to the codes in integers, which gives the same double as the
 /// formula's addition (both are exact); Fraction: g.fraction is added, as grid_value does where
 /// g.fractional (adding a zero fraction changes nothing, value_grid::fractional).
-template <bool IntegerShift = false, bool Fraction = true>
+template <bool IntegerShift = false, bool Fraction = true, bool Clamp = true>
 QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const value_grid& g) {
   __m256d c;
   if constexpr (IntegerShift) {
@@ -533,64 +533,50 @@ QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const value_grid& g) {
   if constexpr (Fraction) c = _mm256_add_pd(c, _mm256_set1_pd(g.fraction));
   __m256d v = g.product ? _mm256_mul_pd(c, _mm256_set1_pd(g.step))
                         : _mm256_fmadd_pd(c, _mm256_set1_pd(g.step), _mm256_set1_pd(g.base));
-  if (g.clamp) {
+  if (Clamp && g.clamp) {
     v = _mm256_max_pd(v, _mm256_set1_pd(g.lo));
     v = _mm256_min_pd(v, _mm256_set1_pd(g.hi));
   }
   return _mm256_cvtpd_ps(v);
 }
 
-/// Values j .. end - 1 (end - j a multiple of 8) into out, eight at a time: stored (Streaming:
-/// with non-temporal stores, out + j on a 32-byte boundary) or (Accumulate) added.
-template <bool Accumulate, bool Streaming, bool IntegerShift, bool Fraction>
+/// Values j .. end - 1 (end - j a multiple of 8) into out, eight at a time: stored or (Accumulate)
+/// added.
+template <bool Accumulate, bool IntegerShift, bool Fraction, bool Clamp>
 QSDP_AVX2_INLINE void decode_vectors(const std::uint8_t* codes, std::size_t j, std::size_t end,
                                      const value_grid& g, float* out) {
   for (; j < end; j += 8) {
     const __m256i c32 =
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
-    const __m128 lo = decode4<IntegerShift, Fraction>(_mm256_castsi256_si128(c32), g);
-    const __m128 hi = decode4<IntegerShift, Fraction>(_mm256_extracti128_si256(c32, 1), g);
+    const __m128 lo = decode4<IntegerShift, Fraction, Clamp>(_mm256_castsi256_si128(c32), g);
+    const __m128 hi = decode4<IntegerShift, Fraction, Clamp>(_mm256_extracti128_si256(c32, 1), g);
     __m256 v = _mm256_set_m128(hi, lo);
     if constexpr (Accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + j), v);
-    if constexpr (Streaming)
-      _mm256_stream_ps(out + j, v);
-    else
-      _mm256_storeu_ps(out + j, v);
+    _mm256_storeu_ps(out + j, v);
   }
 }
 
-/// out[j] = value (Accumulate: out[j] += value), float output at any alignment. Streaming: the
-/// output goes past the caches (non-temporal stores from the first 32-byte boundary on), for
-/// outputs too large to be read back from them; the caller fences before the values are published.
-template <bool Accumulate, bool Streaming = false>
+/// out[j] = value (Accumulate: out[j] += value), float output at any alignment.
+template <bool Accumulate>
 QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const value_grid& g,
                                   float* out) {
-  const auto scalar = [&](std::size_t j, std::size_t end) {
-    for (; j < end; ++j) {
-      float v = static_cast<float>(grid_value(g, codes[j]));
-      if constexpr (Accumulate) {
-        float a;
-        std::memcpy(&a, out + j, 4);
-        v = a + v;
-      }
-      std::memcpy(out + j, &v, 4);
-    }
-  };
-  std::size_t head = 0;  // values before the vectors
-  constexpr bool stream = Streaming && !Accumulate;
-  if constexpr (stream) {
-    const auto misalignment = reinterpret_cast<std::uintptr_t>(out) % 32;
-    head = misalignment % sizeof(float) == 0 ? std::min(n, (32 - misalignment) % 32 / 4) : n;
-    scalar(0, head);
-  }
-  const std::size_t vector_end = head + (n - head) / 8 * 8;
-  if (g.shift != std::trunc(g.shift) || !(std::abs(g.shift) < 0x1p30))
-    decode_vectors<Accumulate, stream, false, true>(codes, head, vector_end, g, out);
+  const std::size_t vector_end = n - n % 8;
+  // One loop per kind of grid, so that no test of the grid's kind is left inside a loop.
+  if (g.clamp || g.shift != std::trunc(g.shift) || !(std::abs(g.shift) < 0x1p30))
+    decode_vectors<Accumulate, false, true, true>(codes, 0, vector_end, g, out);
   else if (g.fractional)
-    decode_vectors<Accumulate, stream, true, true>(codes, head, vector_end, g, out);
+    decode_vectors<Accumulate, true, true, false>(codes, 0, vector_end, g, out);
   else
-    decode_vectors<Accumulate, stream, true, false>(codes, head, vector_end, g, out);
-  scalar(vector_end, n);
+    decode_vectors<Accumulate, true, false, false>(codes, 0, vector_end, g, out);
+  for (std::size_t j = vector_end; j < n; ++j) {
+    float v = static_cast<float>(grid_value(g, codes[j]));
+    if constexpr (Accumulate) {
+      float a;
+      std::memcpy(&a, out + j, 4);
+      v = a + v;
+    }
+    std::memcpy(out + j, &v, 4);
+  }
 }
 
 // ---- hadamard<Inner>'s rotation (detail/codec/hadamard.hpp states it; these loops perform the

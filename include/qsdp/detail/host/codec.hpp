@@ -164,9 +164,7 @@ void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst) {
     // The header was checked to hold `count` values of T: l.code_bytes == count * sizeof(T).
     if (count) std::memcpy(static_cast<void*>(dst), packet + l.codes_offset, l.code_bytes);
   } else {
-    const bool streaming = detail::streaming_output(count * sizeof(T));
-    detail::run_decode(q, packet, l, count, 0, count, detail::store_sink<T>{dst, streaming});
-    if (streaming) detail::streaming_fence();
+    detail::run_decode(q, packet, l, count, 0, count, detail::store_sink<T>{dst});
   }
 }
 

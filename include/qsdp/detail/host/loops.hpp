@@ -268,7 +268,6 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
 template <class T>
 struct store_sink {
   T* dst;
-  bool streaming = false;  // non-temporal stores (a large output; the caller fences)
   QSDP_FORCE_INLINE void put(std::size_t i, float v) const {
     store_element(dst, i, saturating_from_float<T>(v));
   }
@@ -297,10 +296,7 @@ struct store_sink {
                                                     const std::uint8_t* codes,
                                                     const value_grid& grid) const {
     if constexpr (std::is_same_v<T, float>) {
-      if (streaming)
-        avx2::decode_values<false, true>(codes, n, grid, dst + i);
-      else
-        avx2::decode_values<false>(codes, n, grid, dst + i);
+      avx2::decode_values<false>(codes, n, grid, dst + i);
     } else if constexpr (element_traits<T>::tag == element_type::bf16) {
       alignas(64) float values[host_segment];
       avx2::decode_values<false>(codes, n, grid, values);
@@ -595,29 +591,6 @@ inline void narrow_store(const float* src, std::size_t n, T* dst) {
     for (std::size_t i = 0; i < n; ++i)
       store_element(dst, i, element_traits<T>::from_float(src[i]));
   }
-}
-
-/// Decoded outputs of at least this many bytes are written with non-temporal stores, past the
-/// caches: an output this large has left them by the time the call returns, and the stores save
-/// the read of every line they overwrite (glibc's memcpy switches at a similar size). Tests lower
-/// it to compare both kinds of store on small buffers.
-inline std::atomic<std::size_t> host_streaming_bytes{std::size_t{16} << 20};
-
-inline bool streaming_output(std::size_t bytes) {
-#if QSDP_HOST_X86_DISPATCH
-  return bytes >= host_streaming_bytes.load(std::memory_order_relaxed) && host_has_avx2_fma();
-#else
-  (void)bytes;
-  return false;
-#endif
-}
-
-/// Orders non-temporal stores before whatever the caller does next (hands the buffer to another
-/// thread, for one).
-inline void streaming_fence() {
-#if QSDP_HOST_X86_DISPATCH
-  __builtin_ia32_sfence();
-#endif
 }
 
 /// Which host code path runs (reported by the benchmarks): "avx512+avx2+fma" (AVX-512 for the
