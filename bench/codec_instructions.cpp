@@ -8,7 +8,7 @@
 //   codec_instructions POLICY encode|decode VALUES [baseline]
 //
 // POLICY: uniform8, stochastic8, symmetric8, random_shift8, uniform4, stochastic4, uniform2,
-// hadamard_stochastic4, identity. "baseline" runs the portable loops instead of AVX2.
+// hadamard_stochastic4. "baseline" runs the portable loops instead of AVX2.
 #include <valgrind/callgrind.h>
 
 #include <cstdio>
@@ -68,7 +68,6 @@ int main(int argc, char** argv) {
   if (policy == "hadamard_stochastic4")
     return count(qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 1024, .seed = 1}}, encode,
                  values);
-  if (policy == "identity") return count(qsdp::identity{}, encode, values);
   std::fprintf(stderr, "codec_instructions: unknown policy '%s'\n", policy.c_str());
   return 2;
 }

@@ -16,7 +16,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -540,12 +539,12 @@ QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const value_grid& g) {
   return _mm256_cvtpd_ps(v);
 }
 
-/// Values j .. end - 1 (end - j a multiple of 8) into out, eight at a time: stored or (Accumulate)
+/// Values 0 .. end - 1 (end a multiple of 8) into out, eight at a time: stored or (Accumulate)
 /// added.
 template <bool Accumulate, bool IntegerShift, bool Fraction, bool Clamp>
-QSDP_AVX2_INLINE void decode_vectors(const std::uint8_t* codes, std::size_t j, std::size_t end,
+QSDP_AVX2_INLINE void decode_vectors(const std::uint8_t* codes, std::size_t end,
                                      const value_grid& g, float* out) {
-  for (; j < end; j += 8) {
+  for (std::size_t j = 0; j < end; j += 8) {
     const __m256i c32 =
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
     const __m128 lo = decode4<IntegerShift, Fraction, Clamp>(_mm256_castsi256_si128(c32), g);
@@ -561,13 +560,14 @@ template <bool Accumulate>
 QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const value_grid& g,
                                   float* out) {
   const std::size_t vector_end = n - n % 8;
-  // One loop per kind of grid, so that no test of the grid's kind is left inside a loop.
+  // One loop per way of adding the shift; grids with a clamp (random_shift's) take the general one,
+  // so the two others carry no clamp test.
   if (g.clamp || g.shift != std::trunc(g.shift) || !(std::abs(g.shift) < 0x1p30))
-    decode_vectors<Accumulate, false, true, true>(codes, 0, vector_end, g, out);
+    decode_vectors<Accumulate, false, true, true>(codes, vector_end, g, out);
   else if (g.fractional)
-    decode_vectors<Accumulate, true, true, false>(codes, 0, vector_end, g, out);
+    decode_vectors<Accumulate, true, true, false>(codes, vector_end, g, out);
   else
-    decode_vectors<Accumulate, true, false, false>(codes, 0, vector_end, g, out);
+    decode_vectors<Accumulate, true, false, false>(codes, vector_end, g, out);
   for (std::size_t j = vector_end; j < n; ++j) {
     float v = static_cast<float>(grid_value(g, codes[j]));
     if constexpr (Accumulate) {
