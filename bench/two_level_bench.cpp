@@ -19,7 +19,8 @@
 //   mpirun -n 4 qsdp-bench-two-level --node-size 2 [-b 1M] [-e 64M] [-f 4] [-n 3] [-w 1]
 //          [--op reduce_scatter|all_gather|both] [--json FILE]
 //
-// bench/net/run.sh --node-size 2 --inside-rate R shapes the links as nodes
+// bench/net/run.sh --node-size 2 --inside-rate R shapes the links as nodes; with --node-namespaces
+// the nodes are hosts of their own whose ranks share memory, found with --node-size 0
 // (docs/guides/two-level.md; results: docs/benchmarks/two-level.md).
 #include <mpi.h>
 
@@ -46,7 +47,7 @@ namespace {
 constexpr qsdp::call_options gate{.min_compressed_bytes = qsdp::recommended_min_compressed_bytes};
 
 struct options {
-  int node_size = 0;
+  int node_size = -1;  // required; 0: the ranks that share memory
   std::size_t min_bytes = std::size_t{1} << 20, max_bytes = std::size_t{64} << 20;
   double factor = 4;
   int iterations = 3, warmup = 1;
@@ -61,7 +62,8 @@ const char* help_text =
     "Times qsdp's two-level collectives (inside nodes of S ranks, then across them) against flat\n"
     "qsdp and plain MPI on the same ranks, for fp32 values, and prints one row per call and size.\n"
     "\n"
-    "  --node-size S   Ranks per node, S >= 1; N must be a multiple of S (no default).\n"
+    "  --node-size S   Ranks per node, S >= 1, N a multiple of S; 0: the ranks that share\n"
+    "                  memory, as MPI sees them (MPI_COMM_TYPE_SHARED) (no default).\n"
     "  -b SIZE         The smallest size, in bytes per rank; K, M and G multiply by 1024, 1024^2\n"
     "                  and 1024^3 (default 1M).\n"
     "  -e SIZE         The largest size, in bytes per rank (default 64M).\n"
@@ -122,7 +124,7 @@ options parse(int argc, char** argv) {
     else if (flag != "--backend")
       usage("unknown option " + flag);
   }
-  if (o.node_size < 1) usage("--node-size is required (>= 1)");
+  if (o.node_size < 0) usage("--node-size is required (>= 0)");
   if (!(o.factor > 1) || o.iterations < 1 || o.warmup < 0 || o.min_bytes > o.max_bytes)
     usage("bad -f, -n, -w, -b or -e");
   if (o.op != "reduce_scatter" && o.op != "all_gather" && o.op != "both")
@@ -174,6 +176,21 @@ struct row {
 };
 
 int g_rank = 0, g_world = 1;
+
+/// Every rank's host name (MPI_Get_processor_name) in rank order, each after a space; rank 0's
+/// result is the one that counts. Shows on which "host" each rank ran, e.g. in bench/net's nodes.
+std::string hosts_by_rank() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> all(static_cast<std::size_t>(g_world) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+             0, MPI_COMM_WORLD);
+  std::string hosts;
+  for (int r = 0; r < g_world; ++r)
+    hosts += " " + std::string(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  return hosts;
+}
 
 /// fp32 bytes over the bytes of policy q's packet of `count` values: the compression of what
 /// crosses between nodes (flat: of everything).
@@ -249,6 +266,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     qsdp::mpi_two_level levels(MPI_COMM_WORLD, o.node_size);
+    const int node_size = levels.node().size();
+    const std::string hosts = hosts_by_rank();
     qsdp::mpi_communicator flat(MPI_COMM_WORLD);
     auto& pair = levels.pair();
     const auto w = static_cast<std::size_t>(g_world);
@@ -261,7 +280,8 @@ int main(int argc, char** argv) {
                             ((o.op != "all_gather" ? 6 : 0) + (o.op != "reduce_scatter" ? 5 : 0)));
     if (g_rank == 0) {
       std::printf(
-          "# qsdp-bench-two-level: %d ranks in nodes of %d, fp32 values, bucket 1024\n"
+          "# qsdp-bench-two-level: %d ranks in nodes of %d%s, fp32 values, bucket 1024\n"
+          "# hosts by rank:%s\n"
           "# time: the slowest rank's, median of %d call%s after %d warm-up call%s, each after a "
           "barrier\n"
           "# rel. L2 err: ||y - x|| / ||x|| (relative RMS error) over all ranks, x the float64 "
@@ -270,7 +290,8 @@ int main(int argc, char** argv) {
           "one policy);\n"
           "# sizes below the size gate (32 KiB per peer) go uncompressed\n"
           "#\n",
-          g_world, o.node_size, o.iterations, o.iterations == 1 ? "" : "s", o.warmup,
+          g_world, node_size, o.node_size == 0 ? " (the ranks that share memory)" : "",
+          hosts.c_str(), o.iterations, o.iterations == 1 ? "" : "s", o.warmup,
           o.warmup == 1 ? "" : "s");
       std::printf("# %-14s %14s  %-50s %10s %8s %9s %7s %11s\n", "op", "size", "variant", "time",
                   "vs MPI", "vs flat", "ratio", "rel. L2");
@@ -397,9 +418,9 @@ int main(int argc, char** argv) {
       std::FILE* f = std::fopen(o.json.c_str(), "w");
       if (!f) throw std::runtime_error("qsdp-bench-two-level: cannot write " + o.json);
       std::fprintf(f,
-                   "{\"ranks\": %d, \"node_size\": %d, \"iterations\": %d, \"warmup\": %d, "
-                   "\"rows\": [",
-                   g_world, o.node_size, o.iterations, o.warmup);
+                   "{\"ranks\": %d, \"node_size\": %d, \"shared_memory_nodes\": %s, "
+                   "\"iterations\": %d, \"warmup\": %d, \"rows\": [",
+                   g_world, node_size, o.node_size == 0 ? "true" : "false", o.iterations, o.warmup);
       for (std::size_t i = 0; i < rows.size(); ++i)
         std::fprintf(f,
                      "%s\n  {\"op\": \"%s\", \"variant\": \"%s\", \"bytes_per_rank\": %zu, "
