@@ -22,6 +22,7 @@ for it, the error, and both speedups over flat 8-bit. bench/net/run.sh --node-na
 node's ranks one link: pass --nic-gbps as the link's rate over the ranks per node.
 """
 import argparse
+import json
 
 
 def packet_bytes(values, bits, value_bytes, bucket=1024, meta=8, header=32):
@@ -101,7 +102,6 @@ VARIANTS = {
 def check(a, path):
     """Prints the model's time for every qsdp row of a qsdp-bench-two-level --json file beside the
     measured one, the error of each, and the error of the speedups over flat 8-bit."""
-    import json
     with open(path) as f:
         run = json.load(f)
     a.node_size = run["node_size"]

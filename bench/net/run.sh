@@ -167,11 +167,9 @@ for ((i = 0; i < hosts; ++i)); do
       cannot "tc could not shape the link (no sch_tbf in this kernel?)"
   fi
   echo "${subnet}.$((i + 1)) slots=${per_host}" >>"${hostfile}"
-  if (( node_namespaces )); then
-    echo "${subnet}.$((i + 1)) ${ns} node${i}" >>"${agentmap}"
-  else
-    echo "${subnet}.$((i + 1)) ${ns}" >>"${agentmap}"
-  fi
+  hostname_column=""  # netns-agent.sh sets a node's hostname where the map names one
+  (( node_namespaces )) && hostname_column=" node${i}"
+  echo "${subnet}.$((i + 1)) ${ns}${hostname_column}" >>"${agentmap}"
 done
 if (( node_namespaces )); then
   echo "bench/net/run.sh: ${hosts} nodes of ${node_size} ranks, one namespace and hostname each, on ${bridge}, links ${rate} between nodes, delay ${delay}, shared memory (MPI) or loopback (--env-ranks) within, subnet ${subnet}.0/24" >&2
@@ -230,7 +228,7 @@ if (( node_namespaces )); then
   btl=tcp,vader,self
 fi
 # Now and then (twice in about 30 runs here) one rank's daemon never comes up and mpirun waits for it
-# until the timeout, silently. So watch the daemons start: if fewer than `ranks` are up after
+# until the timeout, silently. So watch the daemons start: if fewer than `hosts` are up after
 # QSDP_NET_START_TIMEOUT seconds (default 60), stop this try and start again, three tries at most.
 daemons_up() { pgrep -c -f "^orted .*oob_tcp_if_include ${subnet}\.0/24" || true; }
 start_timeout="${QSDP_NET_START_TIMEOUT:-60}"
