@@ -8,12 +8,17 @@
 // (which serves the stochastic encode), the stochastic encoders also run on the AVX2 loops alone,
 // as encode_avx2/..., side by side.
 //
-//   qsdp_codec_bench [--values=N] [google benchmark flags]
+// qsdp::decode writes fp32 outputs from detail::host_streaming_bytes on with non-temporal stores
+// (16 MiB on Intel CPUs, never on others); --streaming-bytes=N moves that threshold, so one build
+// can time both kinds of store (0: always stream; a value above the buffer's size: never).
+//
+//   qsdp_codec_bench [--values=N] [--streaming-bytes=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -118,6 +123,17 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (std::strncmp(argv[i], "--streaming-bytes=", 18) == 0) {
+      char* end = nullptr;
+      const unsigned long long bytes = std::strtoull(argv[i] + 18, &end, 10);
+      if (end == argv[i] + 18 || *end != '\0') {
+        std::fprintf(stderr, "qsdp_codec_bench: --streaming-bytes needs a byte count, got '%s'\n",
+                     argv[i] + 18);
+        return 2;
+      }
+      qsdp::detail::host_streaming_bytes = bytes;
+      continue;
+    }
     if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0) repetitions_given = true;
     args.push_back(argv[i]);
   }
@@ -157,8 +173,13 @@ int main(int argc, char** argv) {
                   qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 256, .seed = 1}});
   register_policy("stochastic<4>/256", qsdp::stochastic<4>{.bucket_size = 256, .seed = 1});
 
-  std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s\n", g_values,
+  const std::size_t streaming = qsdp::detail::host_streaming_bytes.load();
+  std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s, ", g_values,
               g_values * 4.0 / 1048576, qsdp::host_codec_isa());
+  if (streaming == std::numeric_limits<std::size_t>::max())
+    std::printf("decoded with cached stores\n");
+  else
+    std::printf("decoded outputs of %zu bytes and more with non-temporal stores\n", streaming);
   median_collector reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();

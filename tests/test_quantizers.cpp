@@ -204,7 +204,9 @@ void check_paths_agree(const char* type_name) {
       REQUIRE(avx2 == base);
       REQUIRE(fast == base);
       REQUIRE(std::memcmp(fast_out.data(), base_out.data(), x.size() * sizeof(T)) == 0);
+      REQUIRE(std::memcmp(avx2_out.data(), base_out.data(), x.size() * sizeof(T)) == 0);
       REQUIRE(std::memcmp(fast_acc.data(), base_acc.data(), x.size() * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(avx2_acc.data(), base_acc.data(), x.size() * sizeof(float)) == 0);
     });
   }
 }
@@ -225,6 +227,39 @@ TEST_CASE(
   check_paths_agree<__half>("__half");
   check_paths_agree<__nv_bfloat16>("__nv_bfloat16");
 #endif
+}
+
+TEST_CASE("decode's non-temporal stores give the plain stores' bits at every alignment") {
+  // Data with non-finite buckets too, so the flagged buckets' NaN fill runs between streamed ones.
+  auto x = make_data(distribution::mixed_scale, 5003, 21);
+  x[1500] = std::numeric_limits<float>::infinity();
+  const std::size_t default_threshold = qsdp::detail::host_streaming_bytes.load();
+  for (const std::size_t count : {std::size_t{5003}, std::size_t{40}, std::size_t{7}}) {
+    for_each_policy(256, 5, [&](auto q) {
+      std::vector<std::byte> packet(qsdp::compressed_size<float>(q, count));
+      qsdp::encode(q, x.data(), count, packet.data());
+      // Outputs at every offset within a 64-byte line, and one that is not float-aligned (then
+      // nothing streams). Bytes around each output must stay untouched.
+      for (std::size_t offset = 0; offset <= 68; offset += offset < 64 ? 4 : 1) {
+        std::vector<unsigned char> plain(count * sizeof(float) + 136, 0xA5), streamed(plain);
+        // 64-byte aligned bases: std::vector's own alignment is only the allocator's 16.
+        const std::size_t lead_plain =
+            (64 - reinterpret_cast<std::uintptr_t>(plain.data()) % 64) % 64;
+        const std::size_t lead_streamed =
+            (64 - reinterpret_cast<std::uintptr_t>(streamed.data()) % 64) % 64;
+        auto* plain_out = reinterpret_cast<float*>(plain.data() + lead_plain + offset);
+        auto* streamed_out = reinterpret_cast<float*>(streamed.data() + lead_streamed + offset);
+        qsdp::detail::host_streaming_bytes = std::numeric_limits<std::size_t>::max();
+        qsdp::decode(q, packet.data(), count, plain_out);
+        qsdp::detail::host_streaming_bytes = 0;
+        qsdp::decode(q, packet.data(), count, streamed_out);
+        qsdp::detail::host_streaming_bytes = default_threshold;
+        INFO(describe(q) << " count " << count << " offset " << offset);
+        REQUIRE(std::memcmp(plain.data() + lead_plain, streamed.data() + lead_streamed,
+                            count * sizeof(float) + 68) == 0);
+      }
+    });
+  }
 }
 
 namespace {

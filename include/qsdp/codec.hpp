@@ -62,6 +62,8 @@ void encode(const Q& q, std::span<const T> src, std::span<std::byte> packet);
 
 /// Decodes a packet of `count` values into dst. The header is checked against q and count; a
 /// mismatch throws qsdp::error naming both values. Buckets that held NaN or inf decode to NaN.
+/// On Intel CPUs a float dst of 16 MiB or more is written with non-temporal stores (fenced before
+/// the call returns), so the values are left in memory rather than in the caches.
 /// @param q the policy the packet was encoded with
 /// @param packet the packet
 /// @param count values in the packet

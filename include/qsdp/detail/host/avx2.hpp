@@ -540,34 +540,41 @@ QSDP_AVX2_INLINE __m128 decode4(__m128i codes32, const value_grid& g) {
 }
 
 /// Values 0 .. end - 1 (end a multiple of 8) into out, eight at a time: stored or (Accumulate)
-/// added.
-template <bool Accumulate, bool IntegerShift, bool Fraction, bool Clamp>
+/// added; Stream: stored with non-temporal stores (out 32-byte aligned).
+template <bool Accumulate, bool Stream, bool IntegerShift, bool Fraction, bool Clamp>
 QSDP_AVX2_INLINE void decode_vectors(const std::uint8_t* codes, std::size_t end,
                                      const value_grid& g, float* out) {
+  // A copy the stores cannot reach: the vector types may alias anything, so through the reference
+  // every store would force the grid's constants to be loaded and broadcast again.
+  const value_grid grid = g;
   for (std::size_t j = 0; j < end; j += 8) {
     const __m256i c32 =
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j)));
-    const __m128 lo = decode4<IntegerShift, Fraction, Clamp>(_mm256_castsi256_si128(c32), g);
-    const __m128 hi = decode4<IntegerShift, Fraction, Clamp>(_mm256_extracti128_si256(c32, 1), g);
+    const __m128 lo = decode4<IntegerShift, Fraction, Clamp>(_mm256_castsi256_si128(c32), grid);
+    const __m128 hi =
+        decode4<IntegerShift, Fraction, Clamp>(_mm256_extracti128_si256(c32, 1), grid);
     __m256 v = _mm256_set_m128(hi, lo);
     if constexpr (Accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + j), v);
-    _mm256_storeu_ps(out + j, v);
+    if constexpr (Stream)
+      _mm256_stream_ps(out + j, v);
+    else
+      _mm256_storeu_ps(out + j, v);
   }
 }
 
-/// out[j] = value (Accumulate: out[j] += value), float output at any alignment.
-template <bool Accumulate>
-QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const value_grid& g,
-                                  float* out) {
-  const std::size_t vector_end = n - n % 8;
-  // One loop per way of adding the shift; grids with a clamp (random_shift's) take the general one,
-  // so the two others carry no clamp test.
+/// Which of the decode loops serves grid g: one per way of adding the shift, and grids with a
+/// clamp (random_shift's) take the general one, so the two others carry no clamp test.
+enum class decode_form { general, integer_shift_fraction, integer_shift };
+inline decode_form decode_form_for(const value_grid& g) {
   if (g.clamp || g.shift != std::trunc(g.shift) || !(std::abs(g.shift) < 0x1p30))
-    decode_vectors<Accumulate, false, true, true>(codes, vector_end, g, out);
-  else if (g.fractional)
-    decode_vectors<Accumulate, true, true, false>(codes, vector_end, g, out);
-  else
-    decode_vectors<Accumulate, true, false, false>(codes, vector_end, g, out);
+    return decode_form::general;
+  return g.fractional ? decode_form::integer_shift_fraction : decode_form::integer_shift;
+}
+
+/// The values of codes[vector_end, n) (the tail the vector loops leave), one at a time.
+template <bool Accumulate>
+QSDP_AVX2_INLINE void decode_tail(const std::uint8_t* codes, std::size_t vector_end, std::size_t n,
+                                  const value_grid& g, float* out) {
   for (std::size_t j = vector_end; j < n; ++j) {
     float v = static_cast<float>(grid_value(g, codes[j]));
     if constexpr (Accumulate) {
@@ -577,6 +584,26 @@ QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, cons
     }
     std::memcpy(out + j, &v, 4);
   }
+}
+
+/// out[j] = value (Accumulate: out[j] += value), float output at any alignment; Stream: the
+/// vectors with non-temporal stores, out 64-byte aligned (the caller fences).
+template <bool Accumulate, bool Stream = false>
+QSDP_AVX2_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, const value_grid& g,
+                                  float* out) {
+  const std::size_t vector_end = n - n % 8;
+  switch (decode_form_for(g)) {
+    case decode_form::general:
+      decode_vectors<Accumulate, Stream, false, true, true>(codes, vector_end, g, out);
+      break;
+    case decode_form::integer_shift_fraction:
+      decode_vectors<Accumulate, Stream, true, true, false>(codes, vector_end, g, out);
+      break;
+    case decode_form::integer_shift:
+      decode_vectors<Accumulate, Stream, true, false, false>(codes, vector_end, g, out);
+      break;
+  }
+  decode_tail<Accumulate>(codes, vector_end, n, g, out);
 }
 
 // ---- hadamard<Inner>'s rotation (detail/codec/hadamard.hpp states it; these loops perform the

@@ -246,6 +246,69 @@ QSDP_AVX512_INLINE void store64_codes(const __m512i (&z)[8], std::uint8_t* out) 
   _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
 }
 
+/// avx2::decode4 for eight codes: the same operations, eight doubles per instruction.
+template <bool IntegerShift, bool Fraction, bool Clamp>
+QSDP_AVX512_INLINE __m256 decode8(__m256i codes32, const value_grid& g) {
+  __m512d c;
+  if constexpr (IntegerShift) {
+    c = _mm512_cvtepi32_pd(_mm256_add_epi32(codes32, _mm256_set1_epi32(static_cast<int>(g.shift))));
+  } else {
+    c = _mm512_add_pd(_mm512_cvtepi32_pd(codes32), _mm512_set1_pd(g.shift));
+  }
+  if constexpr (Fraction) c = _mm512_add_pd(c, _mm512_set1_pd(g.fraction));
+  __m512d v = g.product ? _mm512_mul_pd(c, _mm512_set1_pd(g.step))
+                        : _mm512_fmadd_pd(c, _mm512_set1_pd(g.step), _mm512_set1_pd(g.base));
+  if (Clamp && g.clamp) {
+    v = _mm512_max_pd(v, _mm512_set1_pd(g.lo));
+    v = _mm512_min_pd(v, _mm512_set1_pd(g.hi));
+  }
+  return _mm512_cvtpd_ps(v);
+}
+
+/// avx2::decode_vectors sixteen values at a time (end a multiple of 16; Stream: out 64-byte
+/// aligned): with 256-bit vectors the conversions to and from double, not memory, bound the decode.
+template <bool Accumulate, bool Stream, bool IntegerShift, bool Fraction, bool Clamp>
+QSDP_AVX512_INLINE void decode_vectors(const std::uint8_t* codes, std::size_t end,
+                                       const value_grid& g, float* out) {
+  // A copy the stores cannot reach: the vector types may alias anything, so through the reference
+  // every store would force the grid's constants to be loaded and broadcast again.
+  const value_grid grid = g;
+  for (std::size_t j = 0; j < end; j += 16) {
+    const __m512i c32 =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)));
+    const __m256 lo = decode8<IntegerShift, Fraction, Clamp>(_mm512_castsi512_si256(c32), grid);
+    const __m256 hi =
+        decode8<IntegerShift, Fraction, Clamp>(_mm512_extracti64x4_epi64(c32, 1), grid);
+    __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    if constexpr (Accumulate) v = _mm512_add_ps(_mm512_loadu_ps(out + j), v);
+    if constexpr (Stream)
+      _mm512_stream_ps(out + j, v);
+    else
+      _mm512_storeu_ps(out + j, v);
+  }
+}
+
+/// avx2::decode_values with the loops above. The grid comes by value: a caller's grid whose address
+/// reached this (never inlined) call could no longer be constant-folded into the caller's AVX2
+/// loops.
+template <bool Accumulate, bool Stream = false>
+QSDP_AVX512_LOOP void decode_values(const std::uint8_t* codes, std::size_t n, value_grid g,
+                                    float* out) {
+  const std::size_t vector_end = n - n % 16;
+  switch (avx2::decode_form_for(g)) {
+    case avx2::decode_form::general:
+      decode_vectors<Accumulate, Stream, false, true, true>(codes, vector_end, g, out);
+      break;
+    case avx2::decode_form::integer_shift_fraction:
+      decode_vectors<Accumulate, Stream, true, true, false>(codes, vector_end, g, out);
+      break;
+    case avx2::decode_form::integer_shift:
+      decode_vectors<Accumulate, Stream, true, false, false>(codes, vector_end, g, out);
+      break;
+  }
+  avx2::decode_tail<Accumulate>(codes, vector_end, n, g, out);
+}
+
 /// How far ahead the loop prefetches (avx2::prefetch_distance).
 inline constexpr std::size_t prefetch_distance = avx2::prefetch_distance;
 

@@ -164,7 +164,9 @@ void decode(const Q& q, const std::byte* packet, std::size_t count, T* dst) {
     // The header was checked to hold `count` values of T: l.code_bytes == count * sizeof(T).
     if (count) std::memcpy(static_cast<void*>(dst), packet + l.codes_offset, l.code_bytes);
   } else {
-    detail::run_decode(q, packet, l, count, 0, count, detail::store_sink<T>{dst});
+    const bool streaming = std::is_same_v<T, float> && detail::streaming_output(count * sizeof(T));
+    detail::run_decode(q, packet, l, count, 0, count, detail::store_sink<T>{dst, streaming});
+    if (streaming) detail::streaming_fence();
   }
 }
 

@@ -73,9 +73,93 @@ QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain,
   }
 }
 
-/// Which hand-vectorized loops an encode or decode runs: none, AVX2+FMA, or AVX-512 for the
-/// per-value draws and codes of a stochastic encode (AVX2 for the rest).
+/// Which hand-vectorized loops an encode runs: none, AVX2+FMA, or AVX-512 for the per-value draws
+/// and codes of a stochastic encode (AVX2 for the rest).
 enum class host_isa { baseline, avx2, avx512 };
+
+// ---- what the CPU runs --------------------------------------------------------------------------
+
+#if QSDP_HOST_X86_DISPATCH
+inline bool host_cpu_has_avx2_fma() {
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+}
+/// (libgcc's and compiler-rt's checks include the operating system's support for the registers.)
+inline bool host_cpu_has_avx512() {
+  static const bool supported = host_cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512dq") &&
+                                __builtin_cpu_supports("avx512vl");
+  return supported;
+}
+#endif
+
+/// Tests set this to run the baseline loops on a machine that has AVX2, to compare the paths.
+inline std::atomic<bool> host_force_baseline{false};
+/// Tests clear this to run the AVX2 loops on a machine that has AVX-512, to compare the paths.
+inline std::atomic<bool> host_allow_avx512{true};
+
+#if QSDP_HOST_X86_DISPATCH
+inline bool host_has_avx2_fma() {
+  return !host_force_baseline.load(std::memory_order_relaxed) && host_cpu_has_avx2_fma();
+}
+inline bool host_has_avx512() {
+  return host_has_avx2_fma() && host_allow_avx512.load(std::memory_order_relaxed) &&
+         host_cpu_has_avx512();
+}
+
+/// out[j] = the value of codes[j] on grid g (Accumulate: out[j] += it) for n codes, with the
+/// AVX-512 loops where the CPU has them and AVX2's otherwise (the same bits either way). Stream:
+/// stored with non-temporal stores from out's first 64-byte boundary on (the values before it,
+/// and all of them where out is not float-aligned, with plain stores); the caller fences.
+template <bool Accumulate, bool Stream = false>
+inline __attribute__((always_inline, target("avx2,fma"))) void decode_grid_values(
+    const std::uint8_t* codes, std::size_t n, const value_grid& g, float* out) {
+  if constexpr (Stream) {
+    const auto address = reinterpret_cast<std::uintptr_t>(out);
+    if (address % sizeof(float) != 0)
+      return decode_grid_values<Accumulate, false>(codes, n, g, out);
+    const std::size_t head = std::min(n, (64 - address % 64) % 64 / sizeof(float));
+    decode_grid_values<Accumulate, false>(codes, head, g, out);
+    codes += head;
+    out += head;
+    n -= head;
+  }
+  if (host_has_avx512()) return avx512::decode_values<Accumulate, Stream>(codes, n, g, out);
+  avx2::decode_values<Accumulate, Stream>(codes, n, g, out);
+}
+#endif
+
+/// fp32 outputs of qsdp::decode of at least this many bytes are written with non-temporal stores,
+/// past the caches: the stores save the read of every line they overwrite, which the 8-bit decode
+/// otherwise waits for. On Intel CPUs from 16 MiB, where they made the 64 MiB decode about 1.5x
+/// faster; on others never (on an AMD EPYC VM they gained nothing for uniform<8> and cost
+/// random_shift<8> 13 %). Tests and qsdp_codec_bench set it to compare both kinds of store.
+inline std::atomic<std::size_t> host_streaming_bytes{[] {
+#if QSDP_HOST_X86_DISPATCH
+  __builtin_cpu_init();  // this initializer may run before the constructors that would call it
+  if (__builtin_cpu_is("intel")) return std::size_t{16} << 20;
+#endif
+  return std::numeric_limits<std::size_t>::max();
+}()};
+
+/// Whether a decode writes `bytes` of fp32 output with non-temporal stores.
+inline bool streaming_output(std::size_t bytes) {
+#if QSDP_HOST_X86_DISPATCH
+  return bytes >= host_streaming_bytes.load(std::memory_order_relaxed) && host_has_avx2_fma();
+#else
+  (void)bytes;
+  return false;
+#endif
+}
+
+/// Orders the non-temporal stores before whatever the caller does next (hands the buffer to
+/// another thread, for one).
+inline void streaming_fence() {
+#if QSDP_HOST_X86_DISPATCH
+  __builtin_ia32_sfence();
+#endif
+}
 
 /// Whether the hand-vectorized AVX2 loops serve policy Q (only compiled on x86-64).
 template <class Q>
@@ -268,6 +352,8 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
 template <class T>
 struct store_sink {
   T* dst;
+  // fp32 codes decoded with non-temporal stores (streaming_output; the caller fences).
+  bool streaming = false;
   QSDP_FORCE_INLINE void put(std::size_t i, float v) const {
     store_element(dst, i, saturating_from_float<T>(v));
   }
@@ -296,14 +382,17 @@ struct store_sink {
                                                     const std::uint8_t* codes,
                                                     const value_grid& grid) const {
     if constexpr (std::is_same_v<T, float>) {
-      avx2::decode_values<false>(codes, n, grid, dst + i);
+      if (streaming)
+        decode_grid_values<false, true>(codes, n, grid, dst + i);
+      else
+        decode_grid_values<false>(codes, n, grid, dst + i);
     } else if constexpr (element_traits<T>::tag == element_type::bf16) {
       alignas(64) float values[host_segment];
-      avx2::decode_values<false>(codes, n, grid, values);
+      decode_grid_values<false>(codes, n, grid, values);
       avx2::f32_to_bf16<true>(values, n, dst + i);
     } else {
       alignas(64) float values[host_segment];
-      avx2::decode_values<false>(codes, n, grid, values);
+      decode_grid_values<false>(codes, n, grid, values);
       for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
     }
   }
@@ -328,7 +417,7 @@ struct accumulate_sink {
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
                                                     const std::uint8_t* codes,
                                                     const value_grid& grid) const {
-    avx2::decode_values<true>(codes, n, grid, acc + i);
+    decode_grid_values<true>(codes, n, grid, acc + i);
   }
 #endif
 };
@@ -350,7 +439,7 @@ struct bucket_sink {
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
                                                     const std::uint8_t* codes,
                                                     const value_grid& grid) const {
-    avx2::decode_values<Add>(codes, n, grid, values + (i - first));
+    decode_grid_values<Add>(codes, n, grid, values + (i - first));
   }
 #endif
 };
@@ -492,33 +581,6 @@ QSDP_FORCE_INLINE void accumulate_rotated(const Q& q, const std::byte* packets,
 // ---- ISA dispatch -------------------------------------------------------------------------------
 
 #if QSDP_HOST_X86_DISPATCH
-inline bool host_cpu_has_avx2_fma() {
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return supported;
-}
-/// (libgcc's and compiler-rt's checks include the operating system's support for the registers.)
-inline bool host_cpu_has_avx512() {
-  static const bool supported = host_cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512dq") &&
-                                __builtin_cpu_supports("avx512vl");
-  return supported;
-}
-#endif
-
-/// Tests set this to run the baseline loops on a machine that has AVX2, to compare the paths.
-inline std::atomic<bool> host_force_baseline{false};
-/// Tests clear this to run the AVX2 loops on a machine that has AVX-512, to compare the paths.
-inline std::atomic<bool> host_allow_avx512{true};
-
-#if QSDP_HOST_X86_DISPATCH
-inline bool host_has_avx2_fma() {
-  return !host_force_baseline.load(std::memory_order_relaxed) && host_cpu_has_avx2_fma();
-}
-inline bool host_has_avx512() {
-  return host_has_avx2_fma() && host_allow_avx512.load(std::memory_order_relaxed) &&
-         host_cpu_has_avx512();
-}
 #define QSDP_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"), flatten))
 #define QSDP_TARGET_AVX2 __attribute__((target("avx2,fma"), flatten))
@@ -594,7 +656,8 @@ inline void narrow_store(const float* src, std::size_t n, T* dst) {
 }
 
 /// Which host code path runs (reported by the benchmarks): "avx512+avx2+fma" (AVX-512 for the
-/// stochastic encode's draws and codes), "avx2+fma" or "baseline".
+/// stochastic encode's draws and codes and for the decode of codes to values), "avx2+fma" or
+/// "baseline".
 inline const char* host_codec_isa() {
 #if QSDP_HOST_X86_DISPATCH
   if (host_has_avx512()) return "avx512+avx2+fma";
