@@ -632,7 +632,9 @@ QSDP_AVX2_INLINE __m256 butterflies8(__m256 v) {
 /// The sign bits of a bucket's values (at most 4096) as 64-bit words, value i's at bit i % 64 of
 /// word i / 64 (sign_bits' low and high halves in turn), fetched once per bucket.
 struct bucket_signs {
-  std::uint64_t words[hadamard_max_bucket / 64 + 2];
+  // Room for the bucket's blocks (33 at most: one more where it does not start on a block)
+  // rounded up to fetch_signs' groups of eight.
+  alignas(32) std::uint64_t words[hadamard_max_bucket / 64 + 16];
   std::uint64_t first_word;
   /// The masks of values i .. i + 7 (i % 8 == 0): their bits are one byte of the words (x86 is
   /// little-endian), loaded as such, without shifting a word.
@@ -641,13 +643,23 @@ struct bucket_signs {
   }
 };
 
+/// The signs of values first .. first + n - 1: signs_of_block's blocks, eight per step as two
+/// independent groups of four (a round is a chain of a multiply, a shift and a xor; one block at a
+/// time left that chain's latency exposed at every bucket's start). A block's words 0..3 in order
+/// are its low and high sign words, which philox_store lays out.
 QSDP_AVX2_INLINE void fetch_signs(bucket_signs& s, std::size_t n, std::uint64_t first,
                                   const rotation_record& r) {
   s.first_word = first / 128 * 2;
-  for (std::uint64_t b = first / 128; b <= (first + n - 1) / 128; ++b) {
-    const sign_bits bits = signs_of_block(r, b);
-    s.words[2 * b - s.first_word] = bits.low;
-    s.words[2 * b + 1 - s.first_word] = bits.high;
+  const std::uint64_t first_block = first / 128;
+  const std::uint64_t blocks = (first + n - 1) / 128 - first_block + 1;
+  const philox_schedule k = philox_element_schedule(rng_key{r.seed, r.call, 0});
+  auto* words = reinterpret_cast<std::uint32_t*>(s.words);
+  for (std::uint64_t b = 0; b < blocks; b += 8) {
+    const std::uint64_t index = sign_block_base + first_block + b;
+    const philox_lanes low = philox_four(k, block_lanes(index));
+    const philox_lanes high = philox_four(k, block_lanes(index + 4));
+    philox_store(low, words + 4 * b);
+    philox_store(high, words + 4 * b + 16);
   }
 }
 
