@@ -35,6 +35,7 @@
 #include "config.hpp"
 #include "detail/codec/grid.hpp"
 #include "detail/codec/hadamard.hpp"
+#include "detail/codec/minifloat.hpp"
 #include "detail/codec/policy_traits.hpp"
 #include "policy.hpp"
 
@@ -208,6 +209,131 @@ struct random_shift {
   }
   QSDP_DETAIL_ENCODE_DECODE_ON_GRIDS
 };
+
+// ---------------------------------------------------------------------------------------------------
+// Block-scaled floating point: the OCP Microscaling (MX) formats.
+// ---------------------------------------------------------------------------------------------------
+
+/// How an MX policy rounds a scaled value onto its element grid.
+enum class rounding {
+  nearest,    ///< to the nearest element, ties to an even mantissa (the OCP spec's conversion)
+  stochastic  ///< up with probability equal to the distance from the lower neighbour: unbiased
+};
+
+// An element format of the OCP MX spec: its fields (sign, exponent_bits, mantissa_bits, bias), the
+// magnitude code of its largest finite value and of NaN and infinity (-1: the format has none),
+// and the names of its MX policies. detail/codec/minifloat.hpp reads these.
+#define QSDP_DETAIL_ELEMENT_FORMAT(e, m, b, max, nan, inf, index, nearest_name, stochastic_name) \
+  static constexpr int exponent_bits = e;                                                        \
+  static constexpr int mantissa_bits = m;                                                        \
+  static constexpr int bias = b;                                                                 \
+  static constexpr int max_code = max;                                                           \
+  static constexpr int nan_code = nan;                                                           \
+  static constexpr int inf_code = inf;                                                           \
+  static constexpr std::uint8_t mx_index = index;                                                \
+  static constexpr const char* mx_name = nearest_name;                                           \
+  static constexpr const char* mx_stochastic_name = stochastic_name;
+
+/// FP8 E4M3 (OCP "E4M3", torch.float8_e4m3fn): largest finite 448, smallest normal 2^-6, smallest
+/// subnormal 2^-9; NaN S.1111.111, no infinity.
+struct e4m3 {
+  QSDP_DETAIL_ELEMENT_FORMAT(4, 3, 7, 0x7E, 0x7F, -1, 0, "mxfp8<e4m3>", "mxfp8<e4m3, stochastic>")
+};
+/// FP8 E5M2 (torch.float8_e5m2): largest finite 57344, smallest normal 2^-14, smallest subnormal
+/// 2^-16; infinity S.11111.00, NaN S.11111.{01, 10, 11}.
+struct e5m2 {
+  QSDP_DETAIL_ELEMENT_FORMAT(5, 2, 15, 0x7B, 0x7E, 0x7C, 1, "mxfp8<e5m2>",
+                             "mxfp8<e5m2, stochastic>")
+};
+/// FP6 E3M2: largest finite 28, smallest normal 2^-2, smallest subnormal 2^-4; no NaN, no infinity.
+struct e3m2 {
+  QSDP_DETAIL_ELEMENT_FORMAT(3, 2, 3, 0x1F, -1, -1, 2, "mxfp6<e3m2>", "mxfp6<e3m2, stochastic>")
+};
+/// FP6 E2M3: largest finite 7.5, smallest normal 1, smallest subnormal 0.125; no NaN, no infinity.
+struct e2m3 {
+  QSDP_DETAIL_ELEMENT_FORMAT(2, 3, 1, 0x1F, -1, -1, 3, "mxfp6<e2m3>", "mxfp6<e2m3, stochastic>")
+};
+/// FP4 E2M1: the values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no NaN, no infinity.
+struct e2m1 {
+  QSDP_DETAIL_ELEMENT_FORMAT(2, 1, 1, 0x7, -1, -1, 4, "mxfp4", "mxfp4<stochastic>")
+};
+
+#undef QSDP_DETAIL_ELEMENT_FORMAT
+
+namespace detail {
+/// The wire id of mx<e4m3>; the other element formats follow in mx_index order.
+inline constexpr std::uint8_t mx_first_wire_id = 6;
+}  // namespace detail
+
+// What every mx<Element, R> states (the nearest and the stochastic form differ only in their seed).
+#define QSDP_DETAIL_MX_MEMBERS(Element, R)                                                         \
+  static constexpr int bits = 1 + Element::exponent_bits + Element::mantissa_bits;                 \
+  static constexpr bool randomized = R == rounding::stochastic;                                    \
+  static constexpr std::uint8_t wire_id = detail::mx_first_wire_id + Element::mx_index;            \
+  static constexpr const char* name = randomized ? Element::mx_stochastic_name : Element::mx_name; \
+  using element_format = Element;                                                                  \
+                                                                                                   \
+  std::size_t bucket_size = 32; /**< values per block, >= 1 (the OCP spec's block is 32) */        \
+                                                                                                   \
+  using meta_type = std::uint8_t; /**< the block's E8M0 scale: 2^(byte - 127) */                   \
+  /** The block's shared scale (detail/codec/minifloat.hpp states both rules). */                  \
+  QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const {                                    \
+    return detail::e8m0_byte(randomized ? detail::mx_ceil_exponent<Element>(s.abs_max)             \
+                                        : detail::mx_floor_exponent<Element>(s.abs_max));          \
+  }                                                                                                \
+  /** The element code of x / scale. */                                                            \
+  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {              \
+    return detail::minifloat_encode<Element, randomized>(x, int{m} - detail::e8m0_bias, u);        \
+  }                                                                                                \
+  /** element * scale in float: exact unless it falls below float's normal range. */               \
+  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {                    \
+    return detail::minifloat_decode<Element>(code) * detail::e8m0_value(m);                        \
+  }
+
+/// An OCP Microscaling format: blocks of `bucket_size` values (32 in the spec) share a power-of-two
+/// scale, stored as one E8M0 byte, and each value is an element of format Element (e4m3, e5m2,
+/// e3m2, e2m3, e2m1) times that scale. The aliases mxfp8, mxfp6 and mxfp4 name the spec's formats:
+///
+///     qsdp::mxfp8<qsdp::e4m3> w{};  // 8.28 bits per value on the wire, the flag bit included
+///     qsdp::mxfp4<qsdp::rounding::stochastic> g{.bucket_size = 32, .seed = 7};
+///
+/// Round to nearest (R = rounding::nearest) is the spec's conversion with the scale rule of
+/// torchao's `to_mx` (FLOOR mode): the scale is 2^(floor(log2 abs_max) - emax), emax the exponent
+/// of the element format's largest finite value, and values that land past that value saturate to
+/// it. Stochastic rounding (R = rounding::stochastic) takes the smallest power of two that keeps
+/// every value of the block within the element range (torchao's RCEIL rule), so nothing saturates
+/// and E[decode(encode(x))] = x; each value lands on one of its two neighbours on the element grid.
+/// The scale's exponent is clamped to E8M0's -127..127. A block holding NaN or infinity decodes to
+/// NaN (the codec's rule for every policy). Metadata: one byte per block.
+/// @tparam Element the element format
+/// @tparam R the rounding of the elements
+template <class Element, rounding R = rounding::nearest>
+struct mx {
+  QSDP_DETAIL_MX_MEMBERS(Element, R)
+};
+
+/// mx with stochastic rounding: adds the seed and call counter of its per-value draws.
+/// @tparam Element the element format
+template <class Element>
+struct mx<Element, rounding::stochastic> {
+  QSDP_DETAIL_MX_MEMBERS(Element, rounding::stochastic)
+  std::uint64_t seed = 0;  ///< the seed of its random numbers (Philox)
+  call_counter calls{};    ///< the index of its next encode call
+};
+
+#undef QSDP_DETAIL_MX_MEMBERS
+
+/// MXFP8: 8-bit elements (e4m3, the default, or e5m2) with an E8M0 scale per block.
+template <class Element = e4m3, rounding R = rounding::nearest>
+requires(Element::exponent_bits + Element::mantissa_bits == 7) using mxfp8 = mx<Element, R>;
+
+/// MXFP6: 6-bit elements (e2m3, the default, or e3m2) with an E8M0 scale per block.
+template <class Element = e2m3, rounding R = rounding::nearest>
+requires(Element::exponent_bits + Element::mantissa_bits == 5) using mxfp6 = mx<Element, R>;
+
+/// MXFP4: E2M1 elements with an E8M0 scale per block.
+template <rounding R = rounding::nearest>
+using mxfp4 = mx<e2m1, R>;
 
 // ---------------------------------------------------------------------------------------------------
 // Rotated buckets.

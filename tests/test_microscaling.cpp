@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: Apache-2.0
+// The OCP Microscaling policies (mxfp8, mxfp6, mxfp4): element values as the spec tabulates them,
+// round-to-nearest-even against a brute-force search over every element, the shared scale's two
+// rules, stochastic rounding's neighbours and mean, and blocks through the whole codec.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "support.hpp"
+
+TEST_SUITE_BEGIN("microscaling");
+
+namespace {
+
+// The element value of a code, from the spec's definition, in double: (-1)^S * 2^(E - bias) *
+// (1 + M / 2^m) for E > 0, (-1)^S * 2^(1 - bias) * (M / 2^m) for E = 0 (written apart from the
+// library's bit assembly on purpose).
+template <class F>
+double spec_value(std::uint32_t code) {
+  constexpr int m = F::mantissa_bits, bits = 1 + F::exponent_bits + F::mantissa_bits;
+  const double sign = (code >> (bits - 1)) & 1u ? -1.0 : 1.0;
+  const std::uint32_t magnitude = code & ((1u << (bits - 1)) - 1u);
+  const int field = static_cast<int>(magnitude >> m);
+  const double mantissa = static_cast<double>(magnitude & ((1u << m) - 1u)) / (1 << m);
+  if (field == 0) return sign * std::ldexp(mantissa, 1 - F::bias);
+  return sign * std::ldexp(1.0 + mantissa, field - F::bias);
+}
+
+template <class F>
+constexpr std::uint32_t element_codes() {
+  return 1u << (1 + F::exponent_bits + F::mantissa_bits);
+}
+
+// The code round-to-nearest-even gives v: the finite element nearest to v, ties to the even code
+// (an even mantissa), saturating past the largest; the sign of v kept on zero.
+template <class F>
+std::uint32_t nearest_code(double v) {
+  constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  const std::uint32_t sign = std::signbit(v) ? 1u << (bits - 1) : 0u;
+  const double a = std::abs(v);
+  std::uint32_t best = 0;
+  for (std::uint32_t c = 1; c <= static_cast<std::uint32_t>(F::max_code); ++c) {
+    const double d = std::abs(spec_value<F>(c) - a), best_d = std::abs(spec_value<F>(best) - a);
+    if (d < best_d || (d == best_d && (c & 1u) == 0)) best = c;
+  }
+  return sign | best;
+}
+
+template <class F>
+int floor_log2(double a) {
+  int e;
+  std::frexp(a, &e);
+  return e - 1;
+}
+
+template <class F>
+double max_finite() {
+  return spec_value<F>(static_cast<std::uint32_t>(F::max_code));
+}
+
+// Floats of every kind a block meets: normal over a wide range of binades, subnormal, ties
+// between elements, past the largest element, zeros of both signs.
+template <class F>
+std::vector<double> probe_values(int e, std::uint32_t seed) {
+  std::vector<double> v;
+  const double scale = std::ldexp(1.0, e);
+  for (std::uint32_t c = 0; c <= static_cast<std::uint32_t>(F::max_code); ++c) {
+    const double here = spec_value<F>(c);
+    v.push_back(here * scale);
+    if (c < static_cast<std::uint32_t>(F::max_code)) {
+      const double next = spec_value<F>(c + 1);
+      v.push_back((here + next) / 2 * scale);                       // a tie
+      v.push_back(std::nextafter((here + next) / 2, 0.0) * scale);  // just below it
+      v.push_back(std::nextafter((here + next) / 2, 1e9) * scale);  // just above it
+    }
+  }
+  const double top = max_finite<F>() * scale;
+  v.push_back(top * 1.03);
+  v.push_back(top * 1.5);
+  v.push_back(top * 3.9);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> exponent(-30.0, 1.0), mantissa(1.0, 2.0);
+  for (int i = 0; i < 2000; ++i)
+    v.push_back(std::ldexp(mantissa(rng), static_cast<int>(std::floor(exponent(rng)))) * top);
+  std::vector<double> out;
+  for (double x : v) {
+    const float f = static_cast<float>(x);  // the codec's inputs are floats
+    if (!std::isfinite(f)) continue;
+    out.push_back(f);
+    out.push_back(-f);
+  }
+  out.push_back(0.0);
+  out.push_back(-0.0);
+  return out;
+}
+
+template <class F>
+void check_element_values() {
+  CAPTURE(qsdp::mx<F>::name);
+  for (std::uint32_t c = 0; c < element_codes<F>(); ++c) {
+    CAPTURE(c);
+    const float got = qsdp::detail::minifloat_decode<F>(c);
+    const std::uint32_t magnitude = c & (element_codes<F>() / 2 - 1);
+    if (F::inf_code >= 0 && magnitude > static_cast<std::uint32_t>(F::inf_code)) {
+      CHECK(std::isnan(got));
+    } else if (F::inf_code >= 0 && magnitude == static_cast<std::uint32_t>(F::inf_code)) {
+      CHECK(std::isinf(got));
+      CHECK(std::signbit(got) == (c != magnitude));
+    } else if (F::nan_code >= 0 && magnitude == static_cast<std::uint32_t>(F::nan_code)) {
+      CHECK(std::isnan(got));
+    } else {
+      CHECK(static_cast<double>(got) == spec_value<F>(c));
+      CHECK(std::signbit(got) == (c != magnitude));
+    }
+  }
+}
+
+template <class F>
+void check_nearest_even() {
+  CAPTURE(qsdp::mx<F>::name);
+  int checked = 0;
+  for (int e : {-127, -40, -9, -1, 0, 3, 20, 100, 127}) {
+    for (double v : probe_values<F>(e, static_cast<std::uint32_t>(e + 200))) {
+      const double scaled = v / std::ldexp(1.0, e);  // exact: a power of two in double
+      const std::uint32_t want = nearest_code<F>(scaled);
+      const std::uint32_t got =
+          qsdp::detail::minifloat_encode<F, false>(static_cast<float>(v), e, 0.5f);
+      if (got != want) {
+        CAPTURE(e);
+        CAPTURE(v);
+        CHECK(got == want);
+      }
+      ++checked;
+    }
+  }
+  CHECK(checked > 10000);
+}
+
+template <class F>
+void check_scales() {
+  CAPTURE(qsdp::mx<F>::name);
+  const int emax = floor_log2<F>(max_finite<F>());
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::uint32_t> any_bits(0, 0x7F7FFFFFu);
+  for (int i = 0; i < 20000; ++i) {
+    const float a = std::bit_cast<float>(i < 4 ? std::uint32_t(i) : any_bits(rng));
+    CAPTURE(a);
+    // FLOOR: 2^(floor(log2 a) - emax); a subnormal or zero a counts as 2^-127.
+    const int floor_want =
+        std::max(-127, std::min(127, (a >= 0x1p-126f ? floor_log2<F>(a) : -127) - emax));
+    CHECK(qsdp::detail::mx_floor_exponent<F>(a) == floor_want);
+    // CEIL: the smallest e (>= -127) with a <= max finite * 2^e.
+    const int e = qsdp::detail::mx_ceil_exponent<F>(a);
+    CHECK(e >= -127);
+    CHECK(static_cast<double>(a) <= std::ldexp(max_finite<F>(), e));
+    if (e > -127) CHECK(static_cast<double>(a) > std::ldexp(max_finite<F>(), e - 1));
+  }
+  // At the boundary: abs_max exactly the largest element times 2^k fits at k, one ulp more does not.
+  for (int k : {-100, -10, -1, 0, 1, 7, 60}) {
+    const float a = static_cast<float>(std::ldexp(max_finite<F>(), k));
+    CHECK(qsdp::detail::mx_ceil_exponent<F>(a) == k);
+    CHECK(qsdp::detail::mx_ceil_exponent<F>(std::nextafter(a, 1e30f)) == k + 1);
+  }
+  // The spec's own example of the rule: abs_max 1.0 -> X = 2^(0 - emax).
+  CHECK(qsdp::detail::mx_floor_exponent<F>(1.0f) == -emax);
+  CHECK(qsdp::detail::e8m0_value(qsdp::detail::e8m0_byte(-127)) == 0x1p-127f);
+  CHECK(qsdp::detail::e8m0_value(qsdp::detail::e8m0_byte(127)) == 0x1p127f);
+  CHECK(std::isnan(qsdp::detail::e8m0_value(qsdp::detail::e8m0_nan)));
+}
+
+// Stochastic rounding over every fourth draw of the codec's grid (u = (h + 1/2) / 2^16): each code
+// is one of v's two neighbours, and the mean lands within 4 / 2^16 of their gap of v.
+template <class F>
+void check_stochastic() {
+  CAPTURE(qsdp::mx<F>::name);
+  const int e = -3;
+  const double scale = std::ldexp(1.0, e);
+  const std::vector<double> probes = probe_values<F>(e, 11);
+  for (std::size_t p = 0; p < probes.size(); p += 5) {  // ties, neighbours and random values
+    const double v = probes[p];
+    const double scaled = v / scale;
+    if (std::abs(scaled) > max_finite<F>()) continue;  // the CEIL scale never lets this happen
+    CAPTURE(v);
+    // The neighbours: the largest element <= |scaled| and the smallest >= it.
+    double below = 0, above = max_finite<F>();
+    for (std::uint32_t c = 0; c <= static_cast<std::uint32_t>(F::max_code); ++c) {
+      const double x = spec_value<F>(c);
+      if (x <= std::abs(scaled)) below = std::max(below, x);
+      if (x >= std::abs(scaled)) above = std::min(above, x);
+    }
+    double sum = 0;
+    bool on_neighbours = true;
+    constexpr std::uint32_t stride = 4, draws = 65536 / stride;
+    for (std::uint32_t h = 0; h < 65536; h += stride) {
+      const float u = qsdp::detail::uniform_from_half(h);
+      const std::uint32_t code = qsdp::detail::minifloat_encode<F, true>(static_cast<float>(v), e, u);
+      const double got = std::abs(spec_value<F>(code));
+      on_neighbours = on_neighbours && (got == below || got == above);
+      sum += got;
+    }
+    CHECK(on_neighbours);
+    CHECK(std::abs(sum / draws - std::abs(scaled)) <= (above - below) * stride / 65536);
+  }
+}
+
+// Through qsdp::encode / decode: every decoded value is the element the brute force picks for it
+// times the scale the spec's rule gives its block.
+template <class F>
+void check_codec_nearest(std::size_t count) {
+  qsdp::mx<F> q{};
+  CAPTURE(q.name);
+  const int emax = floor_log2<F>(max_finite<F>());
+  for (auto d : {qsdp_test::distribution::normal, qsdp_test::distribution::gradient_with_outliers,
+                 qsdp_test::distribution::mixed_scale}) {
+    const auto x = qsdp_test::make_data(d, count, 5);
+    const auto y = qsdp_test::round_trip(q, x);
+    for (std::size_t b = 0; b < count; b += q.bucket_size) {
+      const std::size_t end = std::min(count, b + q.bucket_size);
+      float abs_max = 0;
+      for (std::size_t i = b; i < end; ++i) abs_max = std::max(abs_max, std::abs(x[i]));
+      const int e = std::max(-127, (abs_max >= 0x1p-126f ? floor_log2<F>(abs_max) : -127) - emax);
+      for (std::size_t i = b; i < end; ++i) {
+        const double want = spec_value<F>(nearest_code<F>(x[i] / std::ldexp(1.0, e))) *
+                            std::ldexp(1.0, e);
+        if (static_cast<double>(y[i]) != want) {
+          CAPTURE(i);
+          CAPTURE(x[i]);
+          CHECK(static_cast<double>(y[i]) == want);
+        }
+      }
+    }
+  }
+}
+
+// Runs check.template operator()<F>() for every element format.
+template <class Check>
+void for_each_format(Check check) {
+  check.template operator()<qsdp::e4m3>();
+  check.template operator()<qsdp::e5m2>();
+  check.template operator()<qsdp::e3m2>();
+  check.template operator()<qsdp::e2m3>();
+  check.template operator()<qsdp::e2m1>();
+}
+
+}  // namespace
+
+static_assert(qsdp::quantizer<qsdp::mxfp8<qsdp::e4m3>>);
+static_assert(qsdp::quantizer<qsdp::mxfp8<qsdp::e5m2, qsdp::rounding::stochastic>>);
+static_assert(qsdp::quantizer<qsdp::mxfp6<qsdp::e3m2>>);
+static_assert(qsdp::quantizer<qsdp::mxfp6<qsdp::e2m3>>);
+static_assert(qsdp::quantizer<qsdp::mxfp4<>>);
+static_assert(qsdp::quantizer<qsdp::hadamard<qsdp::mxfp4<qsdp::rounding::stochastic>>>);
+static_assert(qsdp::mxfp8<>::bits == 8 && qsdp::mxfp6<>::bits == 6 && qsdp::mxfp4<>::bits == 4);
+
+TEST_CASE("MX element codes decode to the values the OCP spec defines") {
+  for_each_format([]<class F>() { check_element_values<F>(); });
+  // The spec's figures for each format.
+  CHECK(max_finite<qsdp::e4m3>() == 448.0);
+  CHECK(max_finite<qsdp::e5m2>() == 57344.0);
+  CHECK(max_finite<qsdp::e3m2>() == 28.0);
+  CHECK(max_finite<qsdp::e2m3>() == 7.5);
+  CHECK(max_finite<qsdp::e2m1>() == 6.0);
+  CHECK(spec_value<qsdp::e4m3>(1) == 0x1p-9);
+  CHECK(spec_value<qsdp::e4m3>(8) == 0x1p-6);
+  CHECK(spec_value<qsdp::e5m2>(1) == 0x1p-16);
+  CHECK(spec_value<qsdp::e5m2>(4) == 0x1p-14);
+  CHECK(spec_value<qsdp::e3m2>(1) == 0.0625);
+  CHECK(spec_value<qsdp::e2m3>(1) == 0.125);
+  const double fp4[] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (std::uint32_t c = 0; c < 8; ++c) {
+    CHECK(qsdp::detail::minifloat_decode<qsdp::e2m1>(c) == static_cast<float>(fp4[c]));
+    CHECK(qsdp::detail::minifloat_decode<qsdp::e2m1>(c | 8) == static_cast<float>(-fp4[c]));
+  }
+  CHECK(std::bit_cast<std::uint32_t>(qsdp::detail::minifloat_decode<qsdp::e4m3>(0x80)) ==
+        0x80000000u);  // negative zero
+}
+
+TEST_CASE("MX round to nearest picks the nearest element, ties to even, saturating") {
+  for_each_format([]<class F>() { check_nearest_even<F>(); });
+}
+
+TEST_CASE("MX shared scales follow the spec's floor rule and the no-saturation ceiling rule") {
+  for_each_format([]<class F>() { check_scales<F>(); });
+}
+
+TEST_CASE("MX stochastic rounding lands on a neighbour and is unbiased") {
+  for_each_format([]<class F>() { check_stochastic<F>(); });
+}
+
+TEST_CASE("MX policies through the codec: the spec's element times the block's scale") {
+  for (std::size_t count : {std::size_t{32}, std::size_t{1000}, std::size_t{4099}}) {
+    CAPTURE(count);
+    for_each_format([count]<class F>() { check_codec_nearest<F>(count); });
+  }
+}
+
+TEST_CASE("MX packets: one E8M0 byte per block of 32, NaN and infinity blocks decode to NaN") {
+  qsdp::mxfp8<> p{};
+  // A packet of 4096 values holds 4096 code bytes and 128 scale bytes past a fixed header.
+  CHECK(qsdp::compressed_size<float>(p, 4096) - qsdp::compressed_size<float>(p, 0) >= 4096 + 128);
+  CHECK(qsdp::compressed_size<float>(p, 4096) - qsdp::compressed_size<float>(p, 0) < 4096 + 128 + 32);
+  CHECK(qsdp::compressed_size<float>(qsdp::mxfp4<>{}, 4096) - qsdp::compressed_size<float>(p, 0) <
+        2048 + 128 + 32);
+
+  std::vector<float> x(96, 1.25f);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  x[40] = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 64; i < 96; ++i) x[i] = 0.0f;
+  x[70] = -0.0f;
+  const auto y = qsdp_test::round_trip(p, x);
+  for (std::size_t i = 0; i < 64; ++i) CHECK(std::isnan(y[i]));
+  for (std::size_t i = 64; i < 96; ++i) CHECK(y[i] == 0.0f);
+  CHECK(std::signbit(y[70]));
+  CHECK_FALSE(std::signbit(y[71]));
+}
+
+TEST_CASE("MX stochastic through the codec: unbiased over calls, fresh draws per call") {
+  qsdp::mxfp4<qsdp::rounding::stochastic> g{.bucket_size = 32, .seed = 3};
+  const auto x = qsdp_test::make_data(qsdp_test::distribution::normal, 256, 9);
+  std::vector<double> mean(x.size(), 0.0);
+  const int calls = 2000;
+  std::vector<float> first;
+  bool differs = false;
+  for (int c = 0; c < calls; ++c) {
+    const auto y = qsdp_test::round_trip(g, x);
+    if (c == 0) first = y;
+    differs = differs || y != first;
+    for (std::size_t i = 0; i < x.size(); ++i) mean[i] += y[i];
+  }
+  CHECK(differs);
+  double err = 0, ref = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    err += std::pow(mean[i] / calls - x[i], 2);
+    ref += std::pow(static_cast<double>(x[i]), 2);
+  }
+  // One call's FP4 error is about 0.1 of the data's norm; 2000 calls' mean error shrinks like
+  // 1/sqrt(2000), to about 0.002. A bias of 1 % of the values would stand out at 0.01.
+  CHECK(std::sqrt(err / ref) < 0.006);
+}
+
+TEST_CASE("hadamard<mxfp4> decodes with the error of mxfp4 on rotated values") {
+  qsdp::hadamard<qsdp::mxfp4<qsdp::rounding::stochastic>> g{{.bucket_size = 32, .seed = 1}};
+  const auto x = qsdp_test::make_data(qsdp_test::distribution::gradient_with_outliers, 4096, 2);
+  const auto y = qsdp_test::round_trip(g, x);
+  const auto z = qsdp_test::round_trip(qsdp::mxfp4<qsdp::rounding::stochastic>{.seed = 1}, x);
+  double err_rotated = 0, err_plain = 0, ref = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    err_rotated += std::pow(static_cast<double>(y[i]) - x[i], 2);
+    err_plain += std::pow(static_cast<double>(z[i]) - x[i], 2);
+    ref += std::pow(static_cast<double>(x[i]), 2);
+  }
+  CHECK(std::sqrt(err_rotated / ref) < 0.5);
+  CHECK(std::sqrt(err_plain / ref) < 0.5);
+  MESSAGE("rel. L2: mxfp4 stochastic " << std::sqrt(err_plain / ref) << ", rotated "
+                                       << std::sqrt(err_rotated / ref));
+}
+
+TEST_SUITE_END();
