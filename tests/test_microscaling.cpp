@@ -4,11 +4,18 @@
 // rules, stochastic rounding's neighbours and mean, and blocks through the whole codec.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <map>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "support.hpp"
@@ -160,7 +167,8 @@ void check_scales() {
     CHECK(static_cast<double>(a) <= std::ldexp(max_finite<F>(), e));
     if (e > -127) CHECK(static_cast<double>(a) > std::ldexp(max_finite<F>(), e - 1));
   }
-  // At the boundary: abs_max exactly the largest element times 2^k fits at k, one ulp more does not.
+  // At the boundary: abs_max exactly the largest element times 2^k fits at k, one ulp more does
+  // not.
   for (int k : {-100, -10, -1, 0, 1, 7, 60}) {
     const float a = static_cast<float>(std::ldexp(max_finite<F>(), k));
     CHECK(qsdp::detail::mx_ceil_exponent<F>(a) == k);
@@ -198,7 +206,8 @@ void check_stochastic() {
     constexpr std::uint32_t stride = 4, draws = 65536 / stride;
     for (std::uint32_t h = 0; h < 65536; h += stride) {
       const float u = qsdp::detail::uniform_from_half(h);
-      const std::uint32_t code = qsdp::detail::minifloat_encode<F, true>(static_cast<float>(v), e, u);
+      const std::uint32_t code =
+          qsdp::detail::minifloat_encode<F, true>(static_cast<float>(v), e, u);
       const double got = std::abs(spec_value<F>(code));
       on_neighbours = on_neighbours && (got == below || got == above);
       sum += got;
@@ -225,8 +234,8 @@ void check_codec_nearest(std::size_t count) {
       for (std::size_t i = b; i < end; ++i) abs_max = std::max(abs_max, std::abs(x[i]));
       const int e = std::max(-127, (abs_max >= 0x1p-126f ? floor_log2<F>(abs_max) : -127) - emax);
       for (std::size_t i = b; i < end; ++i) {
-        const double want = spec_value<F>(nearest_code<F>(x[i] / std::ldexp(1.0, e))) *
-                            std::ldexp(1.0, e);
+        const double want =
+            spec_value<F>(nearest_code<F>(x[i] / std::ldexp(1.0, e))) * std::ldexp(1.0, e);
         if (static_cast<double>(y[i]) != want) {
           CAPTURE(i);
           CAPTURE(x[i]);
@@ -235,6 +244,103 @@ void check_codec_nearest(std::size_t count) {
       }
     }
   }
+}
+
+// tests/golden/mx_torchao.txt: torchao's to_mx (FLOOR scale) of fixed inputs, per format, input
+// class and dtype (tests/golden/mx_torchao.py wrote it). Keys are the line up to its last word.
+std::map<std::string, std::vector<std::uint8_t>> read_torchao_reference() {
+  const std::string path = QSDP_SOURCE_DIR "/tests/golden/mx_torchao.txt";
+  std::ifstream file(path);
+  REQUIRE_MESSAGE(file.good(), "cannot read " << path);
+  std::map<std::string, std::vector<std::uint8_t>> lines;
+  for (std::string line; std::getline(file, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t space = line.rfind(' ');
+    REQUIRE(space != std::string::npos);
+    std::vector<std::uint8_t> bytes;
+    for (std::size_t i = space + 1; i + 1 < line.size(); i += 2)
+      bytes.push_back(static_cast<std::uint8_t>(std::stoul(line.substr(i, 2), nullptr, 16)));
+    lines[line.substr(0, space)] = std::move(bytes);
+  }
+  return lines;
+}
+
+template <class T>
+std::vector<T> words_of(const std::vector<std::uint8_t>& bytes) {
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+struct match_count {
+  std::size_t scales = 0, scales_total = 0, codes = 0, codes_total = 0, decoded = 0,
+              decoded_total = 0, smallest_scale_values = 0;
+};
+
+// qsdp's mx<F> against torchao on one input: the scale byte of each finite block, each of its
+// element codes (fit and encode, the functions the codec runs), and the codec's decoded values.
+// A block holding NaN decodes to NaN in both; one holding an infinity decodes to NaN in qsdp (its
+// rule for every policy), while torchao 0.18 keeps the infinity and flushes the rest of the block.
+// A block whose scale byte is 0 (2^-127 in E8M0, and in torchao's decoder) is where torchao 0.18's
+// encoder divides by 2^-126 instead (a float32 scale clamped to the smallest normal; torchao's
+// later source divides by 2^-127): there its elements must equal qsdp's encoding at 2^-126, and
+// they are counted apart.
+template <class F>
+match_count compare_with_torchao(const std::map<std::string, std::vector<std::uint8_t>>& ref,
+                                 const std::string& cls, const std::string& dtype,
+                                 const std::vector<float>& x) {
+  const std::string head = std::string(qsdp::mx<F>::name) + " " + cls + " " + dtype;
+  const std::string key = std::string(F::name) + " " + cls + " " + dtype;
+  REQUIRE_MESSAGE(ref.count(key + " scales"), "no reference for " << key);
+  const auto& scales = ref.at(key + " scales");
+  const auto& codes = ref.at(key + " codes");
+  const auto decoded = words_of<std::uint32_t>(ref.at(key + " decoded"));
+  REQUIRE(codes.size() == x.size());
+  REQUIRE(decoded.size() == x.size());
+  REQUIRE(scales.size() * 32 == x.size());
+  qsdp::mx<F> q{};
+  const auto y = qsdp_test::round_trip(q, x);
+  match_count n;
+  for (std::size_t b = 0; b < scales.size(); ++b) {
+    qsdp::bucket_stats stats{};
+    bool finite = true;
+    for (std::size_t i = b * 32; i < (b + 1) * 32; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      stats.abs_max = std::max(stats.abs_max, std::abs(x[i]));
+    }
+    if (!finite) {
+      for (std::size_t i = b * 32; i < (b + 1) * 32; ++i) {
+        ++n.decoded_total;
+        n.decoded += std::isnan(y[i]) ? 1 : 0;
+      }
+      continue;
+    }
+    const std::uint8_t scale = q.fit(stats);
+    ++n.scales_total;
+    n.scales += scale == scales[b] ? 1 : 0;
+    CHECK_MESSAGE(scale == scales[b], head << " block " << b << ": scale " << int{scale}
+                                           << ", torchao " << int{scales[b]});
+    if (scale == 0) {
+      for (std::size_t i = b * 32; i < (b + 1) * 32; ++i) {
+        ++n.smallest_scale_values;
+        CHECK(qsdp::detail::minifloat_encode<F, false>(x[i], -126, 0.0f) == codes[i]);
+      }
+      continue;
+    }
+    for (std::size_t i = b * 32; i < (b + 1) * 32; ++i) {
+      const std::uint32_t code = q.encode(x[i], scale, 0.0f);
+      ++n.codes_total;
+      n.codes += code == codes[i] ? 1 : 0;
+      CHECK_MESSAGE(code == codes[i], head << " value " << i << " (" << x[i] << "): code " << code
+                                           << ", torchao " << int{codes[i]});
+      ++n.decoded_total;
+      const bool same = std::bit_cast<std::uint32_t>(y[i]) == decoded[i];
+      n.decoded += same ? 1 : 0;
+      CHECK_MESSAGE(same, head << " value " << i << " (" << x[i] << "): decoded " << y[i]
+                               << ", torchao " << std::bit_cast<float>(decoded[i]));
+    }
+  }
+  return n;
 }
 
 // Runs check.template operator()<F>() for every element format.
@@ -303,7 +409,8 @@ TEST_CASE("MX packets: one E8M0 byte per block of 32, NaN and infinity blocks de
   qsdp::mxfp8<> p{};
   // A packet of 4096 values holds 4096 code bytes and 128 scale bytes past a fixed header.
   CHECK(qsdp::compressed_size<float>(p, 4096) - qsdp::compressed_size<float>(p, 0) >= 4096 + 128);
-  CHECK(qsdp::compressed_size<float>(p, 4096) - qsdp::compressed_size<float>(p, 0) < 4096 + 128 + 32);
+  CHECK(qsdp::compressed_size<float>(p, 4096) - qsdp::compressed_size<float>(p, 0) <
+        4096 + 128 + 32);
   CHECK(qsdp::compressed_size<float>(qsdp::mxfp4<>{}, 4096) - qsdp::compressed_size<float>(p, 0) <
         2048 + 128 + 32);
 
@@ -358,6 +465,33 @@ TEST_CASE("hadamard<mxfp4> decodes with the error of mxfp4 on rotated values") {
   CHECK(std::sqrt(err_plain / ref) < 0.5);
   MESSAGE("rel. L2: mxfp4 stochastic " << std::sqrt(err_plain / ref) << ", rotated "
                                        << std::sqrt(err_rotated / ref));
+}
+
+TEST_CASE("MX round to nearest matches torchao's to_mx bit for bit") {
+  const auto ref = read_torchao_reference();
+  const bool print = std::getenv("QSDP_PRINT_MX_TABLE") != nullptr;
+  std::ostringstream table;
+  table << "| format | input | dtype | scales | elements | decoded | values at scale byte 0 |\n"
+           "|---|---|---|---|---|---|---|\n";
+  int inputs = 0;
+  for (const auto& entry : ref) {
+    const std::string& key = entry.first;  // not a structured binding: CAPTURE takes it in a lambda
+    if (key.rfind("input ", 0) != 0) continue;
+    std::istringstream words(key);
+    std::string word, cls, dtype;
+    words >> word >> cls >> dtype;
+    const std::vector<float> x = words_of<float>(entry.second);
+    CAPTURE(key);
+    ++inputs;
+    for_each_format([&]<class F>() {
+      const match_count n = compare_with_torchao<F>(ref, cls, dtype, x);
+      table << "| `" << qsdp::mx<F>::name << "` | " << cls << " | " << dtype << " | " << n.scales
+            << " / " << n.scales_total << " | " << n.codes << " / " << n.codes_total << " | "
+            << n.decoded << " / " << n.decoded_total << " | " << n.smallest_scale_values << " |\n";
+    });
+  }
+  CHECK(inputs == 14);  // 7 input classes, float and bfloat16
+  if (print) MESSAGE(table.str());
 }
 
 TEST_SUITE_END();

@@ -222,40 +222,45 @@ enum class rounding {
 
 // An element format of the OCP MX spec: its fields (sign, exponent_bits, mantissa_bits, bias), the
 // magnitude code of its largest finite value and of NaN and infinity (-1: the format has none),
-// and the names of its MX policies. detail/codec/minifloat.hpp reads these.
-#define QSDP_DETAIL_ELEMENT_FORMAT(e, m, b, max, nan, inf, index, nearest_name, stochastic_name) \
-  static constexpr int exponent_bits = e;                                                        \
-  static constexpr int mantissa_bits = m;                                                        \
-  static constexpr int bias = b;                                                                 \
-  static constexpr int max_code = max;                                                           \
-  static constexpr int nan_code = nan;                                                           \
-  static constexpr int inf_code = inf;                                                           \
-  static constexpr std::uint8_t mx_index = index;                                                \
-  static constexpr const char* mx_name = nearest_name;                                           \
+// and its name and those of its MX policies. detail/codec/minifloat.hpp reads these.
+#define QSDP_DETAIL_ELEMENT_FORMAT(e, m, b, max, nan, inf, index, element, nearest_name, \
+                                   stochastic_name)                                      \
+  static constexpr int exponent_bits = e;                                                \
+  static constexpr int mantissa_bits = m;                                                \
+  static constexpr int bias = b;                                                         \
+  static constexpr int max_code = max;                                                   \
+  static constexpr int nan_code = nan;                                                   \
+  static constexpr int inf_code = inf;                                                   \
+  static constexpr std::uint8_t mx_index = index;                                        \
+  static constexpr const char* name = element;                                           \
+  static constexpr const char* mx_name = nearest_name;                                   \
   static constexpr const char* mx_stochastic_name = stochastic_name;
 
 /// FP8 E4M3 (OCP "E4M3", torch.float8_e4m3fn): largest finite 448, smallest normal 2^-6, smallest
 /// subnormal 2^-9; NaN S.1111.111, no infinity.
 struct e4m3 {
-  QSDP_DETAIL_ELEMENT_FORMAT(4, 3, 7, 0x7E, 0x7F, -1, 0, "mxfp8<e4m3>", "mxfp8<e4m3, stochastic>")
+  QSDP_DETAIL_ELEMENT_FORMAT(4, 3, 7, 0x7E, 0x7F, -1, 0, "e4m3", "mxfp8<e4m3>",
+                             "mxfp8<e4m3, stochastic>")
 };
 /// FP8 E5M2 (torch.float8_e5m2): largest finite 57344, smallest normal 2^-14, smallest subnormal
 /// 2^-16; infinity S.11111.00, NaN S.11111.{01, 10, 11}.
 struct e5m2 {
-  QSDP_DETAIL_ELEMENT_FORMAT(5, 2, 15, 0x7B, 0x7E, 0x7C, 1, "mxfp8<e5m2>",
+  QSDP_DETAIL_ELEMENT_FORMAT(5, 2, 15, 0x7B, 0x7E, 0x7C, 1, "e5m2", "mxfp8<e5m2>",
                              "mxfp8<e5m2, stochastic>")
 };
 /// FP6 E3M2: largest finite 28, smallest normal 2^-2, smallest subnormal 2^-4; no NaN, no infinity.
 struct e3m2 {
-  QSDP_DETAIL_ELEMENT_FORMAT(3, 2, 3, 0x1F, -1, -1, 2, "mxfp6<e3m2>", "mxfp6<e3m2, stochastic>")
+  QSDP_DETAIL_ELEMENT_FORMAT(3, 2, 3, 0x1F, -1, -1, 2, "e3m2", "mxfp6<e3m2>",
+                             "mxfp6<e3m2, stochastic>")
 };
 /// FP6 E2M3: largest finite 7.5, smallest normal 1, smallest subnormal 0.125; no NaN, no infinity.
 struct e2m3 {
-  QSDP_DETAIL_ELEMENT_FORMAT(2, 3, 1, 0x1F, -1, -1, 3, "mxfp6<e2m3>", "mxfp6<e2m3, stochastic>")
+  QSDP_DETAIL_ELEMENT_FORMAT(2, 3, 1, 0x1F, -1, -1, 3, "e2m3", "mxfp6<e2m3>",
+                             "mxfp6<e2m3, stochastic>")
 };
 /// FP4 E2M1: the values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; no NaN, no infinity.
 struct e2m1 {
-  QSDP_DETAIL_ELEMENT_FORMAT(2, 1, 1, 0x7, -1, -1, 4, "mxfp4", "mxfp4<stochastic>")
+  QSDP_DETAIL_ELEMENT_FORMAT(2, 1, 1, 0x7, -1, -1, 4, "e2m1", "mxfp4", "mxfp4<stochastic>")
 };
 
 #undef QSDP_DETAIL_ELEMENT_FORMAT

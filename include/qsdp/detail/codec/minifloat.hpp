@@ -71,8 +71,8 @@ QSDP_HOST_DEVICE inline int mx_ceil_exponent(float abs_max) {
   // abs_max / 2^e has the binade of max finite; it fits when its significand (24 bits at that
   // binade) is at most max finite's, (2^mbits + m) << (23 - mbits).
   const std::uint32_t significand = m << (23 - top_bit(m));
-  const std::uint32_t max_significand =
-      ((1u << mbits) | (F::max_code & ((1u << mbits) - 1))) << (23 - mbits);
+  const std::uint32_t max_significand = ((1u << mbits) | (F::max_code & ((1u << mbits) - 1)))
+                                        << (23 - mbits);
   if (significand > max_significand) ++e;
   return e < -e8m0_bias ? -e8m0_bias : e > e8m0_bias ? e8m0_bias : e;
 }
