@@ -172,6 +172,13 @@ int main(int argc, char** argv) {
   register_policy("hadamard<stochastic<4>>/256",
                   qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 256, .seed = 1}});
   register_policy("stochastic<4>/256", qsdp::stochastic<4>{.bucket_size = 256, .seed = 1});
+  // OCP Microscaling formats, blocks of 32 (their codes are bytes for mxfp8, packed otherwise).
+  register_policy("mxfp8<e4m3>", qsdp::mxfp8<qsdp::e4m3>{});
+  register_policy("mxfp8<e4m3, stochastic>",
+                  qsdp::mxfp8<qsdp::e4m3, qsdp::rounding::stochastic>{.seed = 1});
+  register_policy("mxfp6<e2m3>", qsdp::mxfp6<qsdp::e2m3>{});
+  register_policy("mxfp4", qsdp::mxfp4<>{});
+  register_policy("mxfp4<stochastic>", qsdp::mxfp4<qsdp::rounding::stochastic>{.seed = 1});
 
   const std::size_t streaming = qsdp::detail::host_streaming_bytes.load();
   std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s, ", g_values,
