@@ -163,8 +163,11 @@ TEST_CASE("fsdp_train: bad quantizer names and batch sizes are refused with the 
                     doctest::Contains("stochastic3"));
   CHECK_THROWS_WITH(fsdp_train::with_plain_policy("fp16", 64, [](const auto&) {}),
                     doctest::Contains("fp16"));
-  CHECK_THROWS_WITH(fsdp_train::with_gradient_policy("hadamard_nearest4", 64, [](const auto&) {}),
-                    doctest::Contains("hadamard_ takes stochastic4 or stochastic8"));
+  CHECK_THROWS_WITH(fsdp_train::with_plain_policy("mxfp6", 64, [](const auto&) {}),
+                    doctest::Contains("mxfp6"));
+  CHECK_THROWS_WITH(
+      fsdp_train::with_gradient_policy("hadamard_nearest4", 64, [](const auto&) {}),
+      doctest::Contains("hadamard_ takes stochastic4, stochastic8 or mxfp4_stochastic"));
   CHECK_THROWS_WITH(fsdp_train::with_plain_policy(fsdp_train::weight_quantizer("delta_stochastic5"),
                                                   64, [](const auto&) {}),
                     doctest::Contains("stochastic5"));

@@ -4,8 +4,10 @@
 // (examples/fsdp_train/README.md): FSDP over qsdp's collectives, in-process ranks (threads) by
 // default, MPI processes with --mpi.
 //
-//   qsdp_fsdp_train [--weights fp32|stochastic8|random_shift8|nearest8|delta_random_shift4|...]
-//                   [--grads fp32|stochastic8|hadamard_stochastic4|...] [--store fp32|nearest4|...]
+//   qsdp_fsdp_train [--weights
+//   fp32|stochastic8|random_shift8|nearest8|delta_random_shift4|mxfp8|...]
+//                   [--grads fp32|stochastic8|hadamard_stochastic4|mxfp8_stochastic|...]
+//                   [--store fp32|nearest4|...]
 //                   [--ranks 4] [--steps 3000] [--batch 256] [--lr 3e-3] [--seed 1] [--bucket 1024]
 //                   [--data /usr/share/games/fortunes] [--eval-every 250] [--val-examples 8192]
 //                   [--hidden 384] [--embed 16] [--context 16] [--log FILE.csv] [--mpi] [--profile]
