@@ -38,6 +38,11 @@ QSDP_HOST_DEVICE inline int floor_log2_magnitude(std::uint32_t magnitude_bits) {
   return -149 + top_bit(magnitude_bits);  // subnormal: the top set bit of M
 }
 
+/// e clamped to E8M0's exponents, -127..127.
+QSDP_HOST_DEVICE constexpr int e8m0_clamp(int e) {
+  return e < -e8m0_bias ? -e8m0_bias : e > e8m0_bias ? e8m0_bias : e;
+}
+
 /// The largest finite value of element format F, 2^emax * (1 + m / 2^mbits) from its code.
 template <class F>
 QSDP_HOST_DEVICE constexpr int element_emax() {
@@ -52,7 +57,7 @@ template <class F>
 QSDP_HOST_DEVICE inline int mx_floor_exponent(float abs_max) {
   const int field = static_cast<int>(bit_cast<std::uint32_t>(abs_max) >> 23) & 0xFF;
   const int e = field - 127 - element_emax<F>();
-  return e < -e8m0_bias ? -e8m0_bias : e > e8m0_bias ? e8m0_bias : e;
+  return e8m0_clamp(e);
 }
 
 /// The smallest shared exponent e (clamped to -127..127) with abs_max <= max finite * 2^e: no
@@ -74,7 +79,7 @@ QSDP_HOST_DEVICE inline int mx_ceil_exponent(float abs_max) {
   const std::uint32_t max_significand = ((1u << mbits) | (F::max_code & ((1u << mbits) - 1)))
                                         << (23 - mbits);
   if (significand > max_significand) ++e;
-  return e < -e8m0_bias ? -e8m0_bias : e > e8m0_bias ? e8m0_bias : e;
+  return e8m0_clamp(e);
 }
 
 /// The E8M0 byte of shared exponent e (-127..127).
@@ -84,7 +89,7 @@ QSDP_HOST_DEVICE constexpr std::uint8_t e8m0_byte(int e) {
 
 /// 2^(byte - 127) as a float (exact: byte 0 is the subnormal 2^-127), NaN for byte 0xFF.
 QSDP_HOST_DEVICE inline float e8m0_value(std::uint8_t byte) {
-  if (byte == e8m0_nan) return bit_cast<float>(0x7FC00000u);
+  if (byte == e8m0_nan) return quiet_nan();
   return bit_cast<float>(byte == 0 ? 0x00400000u : std::uint32_t{byte} << 23);
 }
 
@@ -159,13 +164,11 @@ QSDP_HOST_DEVICE inline float minifloat_decode(std::uint32_t code) {
   const std::uint32_t magnitude = code & ((1u << (bits - 1)) - 1u);
   const std::uint32_t sign = ((code >> (bits - 1)) & 1u) << 31;
   if constexpr (F::inf_code >= 0) {  // E5M2: the largest exponent field holds infinity and NaN
-    if (magnitude > static_cast<std::uint32_t>(F::inf_code))
-      return bit_cast<float>(sign | 0x7FC00000u);
+    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) return quiet_nan();
     if (magnitude == static_cast<std::uint32_t>(F::inf_code))
       return bit_cast<float>(sign | 0x7F800000u);
   } else if constexpr (F::nan_code >= 0) {  // E4M3: one NaN per sign, no infinity
-    if (magnitude == static_cast<std::uint32_t>(F::nan_code))
-      return bit_cast<float>(sign | 0x7FC00000u);
+    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) return quiet_nan();
   }
   const std::uint32_t field = magnitude >> mbits, mantissa = magnitude & ((1u << mbits) - 1u);
   // A float holds every element exactly: normal elements as a float exponent and the mantissa at
