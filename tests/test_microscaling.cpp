@@ -424,6 +424,14 @@ TEST_CASE("MX packets: one E8M0 byte per block of 32, NaN and infinity blocks de
   for (std::size_t i = 64; i < 96; ++i) CHECK(y[i] == 0.0f);
   CHECK(std::signbit(y[70]));
   CHECK_FALSE(std::signbit(y[71]));
+
+  // The scale bytes: E8M0's NaN for the two non-finite blocks, the smallest scale for the zeros.
+  std::vector<std::byte> packet(qsdp::compressed_size<float>(p, x.size()));
+  qsdp::encode(p, x.data(), x.size(), packet.data(), qsdp::rng_position{});
+  const auto l = qsdp::detail::layout_for<qsdp::mxfp8<>, float>(p, x.size());
+  CHECK(packet[l.meta_offset] == std::byte{0xFF});
+  CHECK(packet[l.meta_offset + 1] == std::byte{0xFF});
+  CHECK(packet[l.meta_offset + 2] == std::byte{0x00});
 }
 
 TEST_CASE("MX stochastic through the codec: unbiased over calls, fresh draws per call") {

@@ -145,8 +145,9 @@ bool short_sweeps() {
 
 template <class Q>
 void sweep(Q q) {
-  for (const std::size_t bucket : {64u, 1024u, 4096u}) {  // the one-pass kernel (aligned)
-    if (short_sweeps() && bucket == 1024) continue;
+  // The one-pass kernel (aligned): one thread per bucket (32) up to four warps (4096).
+  for (const std::size_t bucket : {32u, 64u, 1024u, 4096u}) {
+    if (short_sweeps() && (bucket == 32 || bucket == 1024)) continue;
     q.bucket_size = bucket;
     // 4097: a last bucket of one value; 14003: a cut last span whose last group is partial, in a
     // bucket with a range (the padded values' codes must be 0, as the host's).
@@ -406,6 +407,33 @@ TEST_CASE("emulated kernels: rotated packets are summed before one inverse, as o
   check_accumulate(qsdp::hadamard<qsdp::uniform<4>>{{.bucket_size = 64}}, 64 * 40 + 13, 4, true);
   check_accumulate(qsdp::hadamard<qsdp::symmetric<2>>{{.bucket_size = 1024}}, 1024 * 5 + 45, 0,
                    true);
+}
+
+// ---- The OCP Microscaling policies: one E8M0 byte per block, element codes (minifloat.hpp)
+
+TEST_CASE("emulated kernels: the MX policies write the host's packets and decode them") {
+  using qsdp::rounding;
+  using mxfp4_stochastic = qsdp::mxfp4<rounding::stochastic>;
+  // Blocks of 32, the spec's: one thread per block in the one-pass encode kernel; the last block
+  // short, NaN and inf blocks (E8M0's NaN byte) among them.
+  for (const std::size_t count : {31u, 4097u, 14003u}) {
+    check<qsdp::mxfp8<>, float>(qsdp::mxfp8<>{}, count, 0, 0, count > 100);
+    check<qsdp::mxfp8<>, __nv_bfloat16>(qsdp::mxfp8<>{}, count, 0, 0, false);
+    check<mxfp4_stochastic, float>(mxfp4_stochastic{.seed = 5}, count, 0, 0, count > 100);
+    check<qsdp::mxfp6<qsdp::e3m2>, __half>(qsdp::mxfp6<qsdp::e3m2>{}, count, 2, 0, false);
+  }
+  sweep(qsdp::mxfp8<>{});  // one-pass encode kernel (blocks of 64 .. 4096) and general kernels
+  sweep(mxfp4_stochastic{.seed = 5});
+  if (!short_sweeps()) {
+    sweep(qsdp::mxfp8<qsdp::e5m2, rounding::stochastic>{});
+    sweep(qsdp::mxfp6<>{});
+  }
+  check_reduce<qsdp::mxfp8<>, __nv_bfloat16>(qsdp::mxfp8<>{}, 9000, 4);
+  check_reduce<mxfp4_stochastic, float>(mxfp4_stochastic{}, 5000, 3, 8, true);
+  check_accumulate(qsdp::mxfp4<>{}, 32 * 40 + 13);
+  sweep_rotated(qsdp::hadamard<mxfp4_stochastic>{{.seed = 2}}, false);
+  check_reduce<qsdp::hadamard<qsdp::mxfp8<>>, float>(
+      qsdp::hadamard<qsdp::mxfp8<>>{{.bucket_size = 256}}, 3001, 3);
 }
 
 TEST_SUITE_END();

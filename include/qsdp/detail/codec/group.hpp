@@ -161,8 +161,8 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE M load_meta(const std::byte* packet, const pa
   return m;
 }
 
-/// Writes bucket b's metadata (zero bytes for a bucket with NaN or inf) and says whether to flag
-/// it; setting the flag bit is the caller's (an atomic or on the device).
+/// Writes bucket b's metadata (non_finite_meta for a bucket with NaN or inf) and says whether to
+/// flag it; setting the flag bit is the caller's (an atomic or on the device).
 template <class Q>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool store_bucket_meta(const Q& q, std::byte* packet,
                                                           const packet_layout& l,
@@ -170,7 +170,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool store_bucket_meta(const Q& q, std::byte*
                                                           const partial_stats& p, std::size_t n,
                                                           const rng_key& key) {
   using meta_type = typename Q::meta_type;
-  meta_type m{};
+  meta_type m = non_finite_meta<Q>();
   if (p.finite()) m = fit_bucket(q, p, n, key, bucket);
   memcpy(packet + l.meta_offset + bucket * sizeof(meta_type), static_cast<const void*>(&m),
          sizeof m);

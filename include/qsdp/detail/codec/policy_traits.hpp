@@ -149,6 +149,17 @@ consteval bool builtin_grid_id() {
   return id >= 1 && id <= 4;
 }
 
+/// The metadata written for a bucket holding NaN or inf, whose values decode to NaN from its flag
+/// alone: Q::non_finite_meta where the format has a NaN encoding of its own (MX: E8M0's NaN
+/// byte, so the block stays NaN to a reader of the scales alone), else zero bytes.
+template <class Q>
+QSDP_HOST_DEVICE constexpr typename Q::meta_type non_finite_meta() {
+  if constexpr (requires { Q::non_finite_meta; })
+    return Q::non_finite_meta;
+  else
+    return typename Q::meta_type{};
+}
+
 template <class Q>
 consteval std::uint32_t wire_tag() {
   if constexpr (requires { Q::wire_tag; })

@@ -4,8 +4,8 @@
 // `bits` bytes of codes), and the arithmetic is detail/codec/group.hpp's, shared with the host
 // codec, so packets are byte-identical to the host's.
 //
-// Encode, fast path (bucket size a power of two from 64 to 4096, 16-byte aligned input and packet):
-// one pass. A thread takes a span of 32 values (four groups); a bucket's 2..128 threads load their
+// Encode, fast path (bucket size a power of two from 32 to 4096, 16-byte aligned input and packet):
+// one pass. A thread takes a span of 32 values (four groups); a bucket's 1..128 threads load their
 // spans with 16-byte loads into registers, reduce the bucket's min/max/finite with warp shuffles
 // (and shared memory across warps for buckets of 2048 and 4096 values), fit the metadata and write
 // codes in 16-byte words, without reading global memory again.
@@ -304,12 +304,12 @@ __device__ QSDP_FORCE_INLINE void store_span_codes(std::byte* at, const std::uin
   }
 }
 
-/// Fast path: one pass, bucket = 2^log2_bucket values (64..4096), packet 16-byte aligned, src
+/// Fast path: one pass, bucket = 2^log2_bucket values (32..4096), packet 16-byte aligned, src
 /// 16-byte aligned (SrcAligned: 16-byte loads) or at least aligned to its element (element loads,
 /// as a reduce-scatter's chunk of a count that is no multiple of 16 bytes needs; a separate
 /// instantiation, so that the aligned kernel carries none of them).
 /// A thread takes a span of 32 values (four groups) of one bucket: its values stay in registers
-/// from the 16-byte loads to the codes; the bucket's 2..128 threads reduce min/max/finite with warp
+/// from the 16-byte loads to the codes; the bucket's 1..128 threads reduce min/max/finite with warp
 /// shuffles (and shared memory across warps for buckets of 2048 and 4096), and each fits the
 /// metadata itself (no broadcast); the first writes it.
 template <class Q, class T, bool SrcAligned>
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(fast_encode_block)
                                         ? count - bucket_begin
                                         : (std::uint64_t{1} << log2_bucket);
     std::uint64_t words[groups_per_span] = {};
-    meta_type m{};
+    meta_type m = non_finite_meta<Q>();
     if (p.finite()) {
       m = fit_bucket(q, p, in_bucket, key, bucket);
       philox_block blocks[groups_per_span] = {};  // the four groups' draws, generated together

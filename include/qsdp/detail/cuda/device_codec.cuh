@@ -95,7 +95,7 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
   } else {
     const std::uint64_t groups = (count + group_values - 1) / group_values;
     const std::uint64_t spans = (count + span_values - 1) / span_values;
-    const int log2_bucket = pow2_log(q.bucket_size, 64, 4096);
+    const int log2_bucket = pow2_log(q.bucket_size, span_values, 4096);
     const bool element_aligned = reinterpret_cast<std::uintptr_t>(src) % sizeof(T) == 0;
     if (log2_bucket >= 0 && element_aligned && aligned16(packet)) {
       launch(aligned16(src) ? encode_spans_kernel<Q, T, true> : encode_spans_kernel<Q, T, false>,

@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(rotation_block)
     const std::uint64_t bucket_begin = bucket << log2_bucket;
     const std::uint64_t in_bucket =
         count - bucket_begin < bucket_values ? count - bucket_begin : bucket_values;
-    meta_type m{};
+    meta_type m = non_finite_meta<Q>();
     if (p.finite()) m = fit_bucket(q, p, in_bucket, key, bucket);
     if (first == bucket_begin) {
       memcpy(packet + l.meta_offset + bucket * sizeof(meta_type), static_cast<const void*>(&m),

@@ -230,7 +230,7 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
     {
       stats = scan_bucket(bucket, n);
     }
-    meta_type m{};
+    meta_type m = non_finite_meta<Q>();
     if (!stats.finite()) {
       // NaN or inf in the bucket: flag it (decoders produce NaN for all of it) and send zero codes.
       flags[b / 8] |= std::byte{static_cast<unsigned char>(1u << (b % 8))};
