@@ -95,90 +95,93 @@ QSDP_HOST_DEVICE inline float e8m0_value(std::uint8_t byte) {
 
 /// The code of x / 2^e in element format F: sign bit, then exponent and mantissa fields. Rounds to
 /// the nearest element (ties to an even mantissa) or, with Stochastic, up with probability equal
-/// to the distance from the lower neighbour in units of their gap (u ~ U[0,1)); magnitudes past
-/// the largest finite element saturate to it (the OCP spec leaves the choice to the
-/// implementation; torchao saturates). NaN and infinity give F's NaN and infinity codes where it
-/// has them, else the largest magnitude: the codec never passes them (it flags a block holding
-/// them, and its decoders give NaN for all of that block).
+/// to the distance from the lower neighbour in units of their gap (u, a draw of the codec's, is
+/// (k + 1/2) * 2^-16); magnitudes past the largest finite element saturate to it (the OCP spec
+/// leaves the choice to the implementation; torchao saturates). NaN and infinity give F's NaN and
+/// infinity codes where it has them, else the largest magnitude: the codec never passes them (it
+/// flags a block holding them, and its decoders give NaN for all of that block).
+///
+/// Without branches: selects, clamped shifts and one comparison per value, so that a warp's lanes
+/// never diverge and the kernels' machine code has one path per value.
 template <class F, bool Stochastic>
-QSDP_HOST_DEVICE inline std::uint32_t minifloat_encode(float x, int e, float u) {
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e, float u) {
   constexpr int mbits = F::mantissa_bits;
   constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  constexpr int lowest_binade = 1 - F::bias;  // the smallest normal's; subnormals share its gap
+  constexpr int highest_binade = element_emax<F>() + 1;  // past the largest finite value
+  constexpr auto max_code = static_cast<std::uint32_t>(F::max_code);
   const std::uint32_t raw = bit_cast<std::uint32_t>(x);
   const std::uint32_t sign = (raw >> 31) << (bits - 1);
   const std::uint32_t magnitude = raw & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u)
-    return sign | static_cast<std::uint32_t>(F::nan_code >= 0 ? F::nan_code : F::max_code);
-  if (magnitude == 0x7F800000u)
-    return sign | static_cast<std::uint32_t>(F::inf_code >= 0 ? F::inf_code : F::max_code);
-  if (magnitude == 0) return sign;
-  // |x| = M * 2^E.
+  // |x| = m * 2^exponent, m < 2^24 (subnormal floats: field 0, exponent -149; zero: m = 0).
   const int field = static_cast<int>(magnitude >> 23);
   const std::uint32_t m = field != 0 ? (magnitude & 0x7FFFFFu) | 0x800000u : magnitude;
   const int exponent = (field != 0 ? field : 1) - 150;
-  // The scaled value's binade, and the element grid's gap there: 2^(binade - mbits), or the
-  // subnormal gap below the smallest normal.
-  int binade = floor_log2_magnitude(magnitude) - e;
-  if (binade < 1 - F::bias) binade = 1 - F::bias;
-  if (binade > element_emax<F>() + 1) return sign | F::max_code;  // past the largest finite
-  // The scaled value in units of the gap: m * 2^(exponent - e - (binade - mbits)).
-  const int shift = (binade - mbits) - (exponent - e);  // right shift of m
-  std::uint32_t steps, rest = 0, half = 0;
-  bool inexact = false;
-  if (shift <= 0) {
-    steps = m << -shift;  // < 2^(mbits + 1): a value on the grid
-  } else if (shift >= 32) {
-    steps = 0;
-    rest = m;
-    inexact = true;
+  // The scaled value's binade (floor(log2 |x / 2^e|); zero gets the lowest, where its steps are 0),
+  // kept within the element's binades; the grid's gap there is 2^(binade - mbits).
+  const int scaled_log2 = exponent + top_bit(m | 1u) - e;
+  const int binade = scaled_log2 < lowest_binade    ? lowest_binade
+                     : scaled_log2 > highest_binade ? highest_binade
+                                                    : scaled_log2;
+  // The scaled value in units of the gap: m * 2^-shift, split into whole steps and the rest.
+  // Shifts of 31 or more leave no step (m < 2^24); past the range the code saturates below, so
+  // the left shift's clamp changes nothing that is kept.
+  const int shift = (binade - mbits) - (exponent - e);
+  const int right = shift < 0 ? 0 : shift > 31 ? 31 : shift;
+  const int left = shift >= 0 ? 0 : shift < -31 ? 31 : -shift;
+  std::uint32_t steps = (m << left) >> right;
+  const std::uint32_t rest = m & ((1u << right) - 1u);
+  bool up;
+  if constexpr (Stochastic) {
+    // u < rest * 2^-shift. The product is exact in float whenever it is at least 2^-36 (rest has
+    // 24 bits, 2^-60 is normal), and u >= 2^-17 exceeds every smaller one: so clamping the shift
+    // to 60 keeps every outcome, and no subnormal (flushed under fast math) is ever formed.
+    const int scale_shift = shift < 0 ? 0 : shift > 60 ? 60 : shift;
+    up = u < static_cast<float>(rest) *
+                 bit_cast<float>(static_cast<std::uint32_t>(127 - scale_shift) << 23);
   } else {
-    steps = m >> shift;
-    rest = m & ((std::uint32_t{1} << shift) - 1);
-    half = std::uint32_t{1} << (shift - 1);
-    inexact = rest != 0;
+    (void)u;
+    const std::uint32_t half = (1u << right) >> 1;
+    up = rest > half || (rest == half && half != 0 && (steps & 1u) != 0);
   }
-  if (inexact) {
-    bool up;
-    if constexpr (Stochastic) {
-      // rest * 2^-shift is exact in double (rest < 2^24, shift < 300), so is the comparison.
-      const double two_to_minus_shift =
-          bit_cast<double>(static_cast<std::uint64_t>(1023 - shift) << 52);
-      up = static_cast<double>(u) < static_cast<double>(rest) * two_to_minus_shift;
-    } else {
-      (void)u;
-      up = shift < 32 && (rest > half || (rest == half && (steps & 1u)));
-    }
-    steps += up ? 1u : 0u;
-  }
+  steps += up ? 1u : 0u;
   // Exponent field binade + bias (0 for the subnormals, whose steps count from zero); a carry of
   // steps into 2^(mbits + 1) moves to the next binade's first code by itself.
   const std::uint32_t code = (static_cast<std::uint32_t>(binade + F::bias - 1) << mbits) + steps;
-  return sign | (code > std::uint32_t{F::max_code} ? std::uint32_t{F::max_code} : code);
+  std::uint32_t out = code > max_code || scaled_log2 > highest_binade ? max_code : code;
+  if (magnitude >= 0x7F800000u) {  // a select: no arithmetic on this path
+    const int special = magnitude == 0x7F800000u ? F::inf_code : F::nan_code;
+    out = special >= 0 ? static_cast<std::uint32_t>(special) : max_code;
+  }
+  return sign | out;
 }
 
 /// The value of element code `code` of format F (NaN and infinity codes where F has them).
+/// Without branches: normal elements are the code's fields moved into a float's with the
+/// exponent rebiased, subnormal ones mantissa * 2^(1 - bias - mbits) (a normal float, so no
+/// subnormal arithmetic that fast math would flush); one select picks.
 template <class F>
-QSDP_HOST_DEVICE inline float minifloat_decode(std::uint32_t code) {
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
   constexpr int mbits = F::mantissa_bits;
   constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  static_assert(F::bias + mbits - 1 > 0 && F::bias + mbits - 1 < 32);
+  constexpr float subnormal_unit = 1.0f / static_cast<float>(1u << (F::bias + mbits - 1));
   const std::uint32_t magnitude = code & ((1u << (bits - 1)) - 1u);
   const std::uint32_t sign = ((code >> (bits - 1)) & 1u) << 31;
+  const std::uint32_t mantissa = magnitude & ((1u << mbits) - 1u);
+  const std::uint32_t normal =
+      (magnitude << (23 - mbits)) + (static_cast<std::uint32_t>(127 - F::bias) << 23);
+  const std::uint32_t subnormal =
+      bit_cast<std::uint32_t>(static_cast<float>(mantissa) * subnormal_unit);
+  float value = bit_cast<float>(sign | ((magnitude >> mbits) != 0 ? normal : subnormal));
   if constexpr (F::inf_code >= 0) {  // E5M2: the largest exponent field holds infinity and NaN
-    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) return quiet_nan();
     if (magnitude == static_cast<std::uint32_t>(F::inf_code))
-      return bit_cast<float>(sign | 0x7F800000u);
+      value = bit_cast<float>(sign | 0x7F800000u);
+    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) value = quiet_nan();
   } else if constexpr (F::nan_code >= 0) {  // E4M3: one NaN per sign, no infinity
-    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) return quiet_nan();
+    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) value = quiet_nan();
   }
-  const std::uint32_t field = magnitude >> mbits, mantissa = magnitude & ((1u << mbits) - 1u);
-  // A float holds every element exactly: normal elements as a float exponent and the mantissa at
-  // the top of float's, subnormal ones as mantissa * 2^(1 - bias - mbits), a normal float.
-  if (field != 0)
-    return bit_cast<float>(sign | ((field - F::bias + 127) << 23) | (mantissa << (23 - mbits)));
-  if (mantissa == 0) return bit_cast<float>(sign);
-  const int top = top_bit(mantissa);  // the mantissa's leading one
-  const std::uint32_t fraction = (mantissa ^ (1u << top)) << (23 - top);
-  return bit_cast<float>(sign | ((top + 1 - F::bias - mbits + 127) << 23) | fraction);
+  return value;
 }
 
 }  // namespace qsdp::detail
