@@ -50,6 +50,9 @@ struct options {
   std::string quantizer = "stochastic";
   std::string inner;  // --quantizer hadamard: the rotated policy (default stochastic)
   int bits = 8;
+  bool bits_given = false;
+  std::string element;   // MX policies: the element format (empty: the family's default)
+  std::string rounding;  // MX policies: nearest (default) or stochastic
   std::size_t bucket = 1024;
   std::string dtype = "float";
   std::string data;  // weights | gradients; empty: weights for the gathers, gradients otherwise
@@ -142,14 +145,19 @@ inline const char* help_text =
     "                         all_gather). delta_gather is qsdp::delta_gather on weights that\n"
     "                         drift by 0.5 % of their spread before every call (outside the timed\n"
     "                         part); it runs on the local and mpi backends.\n"
-    "  --quantizer Q          stochastic, uniform, symmetric, random_shift, identity or hadamard\n"
-    "                         (default stochastic).\n"
-    "  --inner Q              The policy that hadamard rotates: stochastic, uniform, symmetric or\n"
-    "                         random_shift (default stochastic). hadamard takes 2, 4 or 8 bits\n"
-    "                         and a bucket of 16 to 4096 values that is a power of two; the nccl\n"
-    "                         backend has no hadamard.\n"
+    "  --quantizer Q          stochastic, uniform, symmetric, random_shift, mxfp8, mxfp6, mxfp4,\n"
+    "                         identity or hadamard (default stochastic).\n"
+    "  --inner Q              The policy that hadamard rotates: stochastic, uniform, symmetric,\n"
+    "                         random_shift, mxfp8 or mxfp4 (default stochastic). hadamard takes "
+    "2,\n"
+    "                         4 or 8 bits and a bucket of 16 to 4096 values that is a power of\n"
+    "                         two; the nccl backend has no hadamard.\n"
     "  --bits B               Bits per value, 1 to 8; random_shift takes 2 to 8, the nccl backend\n"
-    "                         2, 4 or 8 (default 8).\n"
+    "                         2, 4 or 8 (default 8; the MX policies' own width).\n"
+    "  --element E            MX policies' element format: mxfp8 e4m3 (default) or e5m2, mxfp6\n"
+    "                         e2m3 (default) or e3m2, mxfp4 e2m1. Blocks are --bucket values (32\n"
+    "                         is the OCP spec's); the local and mpi backends have them.\n"
+    "  --rounding R           MX policies' rounding: nearest (default) or stochastic.\n"
     "  --bucket N             Values per bucket, N >= 1 (default 1024).\n"
     "  --data D               weights: N(0, 0.02); gradients: N(0, 1e-3) with one value in 97\n"
     "                         drawn from N(0, 1) (default: weights for all_gather and\n"
@@ -192,6 +200,45 @@ inline const char* help_text =
     "\n"
     "Progress lines go to stderr once a run takes more than a few seconds; the table goes to "
     "stdout.\n";
+
+/// The MX family that --quantizer (or hadamard's --inner) names, or "" for the others.
+inline std::string mx_family(const options& o) {
+  const std::string& f = o.quantizer == "hadamard" ? o.inner : o.quantizer;
+  return f == "mxfp8" || f == "mxfp6" || f == "mxfp4" ? f : std::string();
+}
+
+/// --element and --rounding belong to the MX policies, which fix the width: a --bits that differs
+/// is refused, and o.bits becomes the policy's.
+inline void check_mx_options(options& o) {
+  const std::string family = mx_family(o);
+  if (family.empty()) {
+    if (!o.element.empty() || !o.rounding.empty())
+      usage_error(
+          std::string(o.element.empty() ? "--rounding " + o.rounding : "--element " + o.element) +
+          ": only the MX policies take it (--quantizer mxfp8, mxfp6 or mxfp4, or "
+          "hadamard with --inner mxfp8 or mxfp4)");
+    return;
+  }
+  const bool fp8 = family == "mxfp8", fp6 = family == "mxfp6";
+  if (o.element.empty()) o.element = fp8 ? "e4m3" : fp6 ? "e2m3" : "e2m1";
+  if (o.rounding.empty()) o.rounding = "nearest";
+  const bool fits = fp8   ? o.element == "e4m3" || o.element == "e5m2"
+                    : fp6 ? o.element == "e2m3" || o.element == "e3m2"
+                          : o.element == "e2m1";
+  if (!fits)
+    usage_error("--element " + o.element + ": " + family + " takes " +
+                (fp8   ? "e4m3 or e5m2"
+                 : fp6 ? "e2m3 or e3m2"
+                       : "e2m1"));
+  const int width = fp8 ? 8 : fp6 ? 6 : 4;
+  if (o.bits_given && o.bits != width)
+    usage_error("--bits " + std::to_string(o.bits) + ": " + family + " has " +
+                std::to_string(width) + " bits per value");
+  if (o.quantizer == "hadamard" && o.element != "e4m3" && o.element != "e2m1")
+    usage_error("--inner " + family + " --element " + o.element +
+                ": hadamard takes mxfp8 (e4m3) or mxfp4");
+  o.bits = width;
+}
 
 inline options parse(int argc, char** argv) {
   options o;
@@ -240,9 +287,16 @@ inline options parse(int argc, char** argv) {
       if (value != "weights" && value != "gradients")
         usage_error("--data " + value + ": expected weights or gradients");
       o.data = value;
-    } else if (flag == "--bits")
+    } else if (flag == "--bits") {
       o.bits = parse_int(value, "--bits", 1, 8);
-    else if (flag == "--bucket")
+      o.bits_given = true;
+    } else if (flag == "--element")
+      o.element = value;
+    else if (flag == "--rounding") {
+      if (value != "nearest" && value != "stochastic")
+        usage_error("--rounding " + value + ": expected nearest or stochastic");
+      o.rounding = value;
+    } else if (flag == "--bucket")
       o.bucket = static_cast<std::size_t>(parse_int(value, "--bucket", 1, 1 << 30));
     else if (flag == "--dtype")
       o.dtype = value;
@@ -298,6 +352,7 @@ inline options parse(int argc, char** argv) {
                 ": only --quantizer hadamard has an inner policy (--quantizer is " + o.quantizer +
                 ")");
   if (o.quantizer == "random_shift" && o.bits < 2) usage_error("--bits 1: random_shift needs 2..8");
+  check_mx_options(o);
   if (o.op == op_kind::delta_gather && (o.model || o.backend == "nccl"))
     usage_error(std::string("--op delta_gather: ") +
                 (o.model ? "--model has no delta_gather" : "host backends only (local, mpi)"));
@@ -748,14 +803,59 @@ inline void report(const options& o, const std::string& policy, int rank, int wo
   if (!o.json.empty()) write_json(o.json, o, policy, world, rows);
 }
 
-/// Calls run(q, name) with the policy --quantizer (and --inner) and --bits name. `Widths` has bit b
+/// Calls run(q, name) with the policy --quantizer (and --inner) and --bits name (WithMx: the MX
+/// policies of --element and --rounding too). `Widths` has bit b
 /// set for every width this binary instantiates, `RotatedWidths` for qsdp::hadamard over each
 /// policy (the device build keeps fewer widths and no rotation, for compile time); others are
 /// refused.
-template <unsigned Widths, unsigned RotatedWidths, class Run>
+/// Calls run(q, name) with the MX policy of --quantizer (or hadamard's --inner), --element and
+/// --rounding (check_mx_options has filled and checked them).
+template <class Run>
+void dispatch_mx(const options& o, bool rotated, Run&& run) {
+  auto with_element = [&]<class E>() {
+    auto with_rounding = [&]<qsdp::rounding R>() {
+      using plain = qsdp::mx<E, R>;
+      if constexpr (std::is_same_v<E, qsdp::e4m3> || std::is_same_v<E, qsdp::e2m1>) {
+        if (rotated) {
+          qsdp::hadamard<plain> q{};
+          q.bucket_size = o.bucket;
+          return run(q, std::string(qsdp::policy_name<qsdp::hadamard<plain>>()));
+        }
+      }
+      plain q{};
+      q.bucket_size = o.bucket;
+      run(q, std::string(qsdp::policy_name<plain>()));
+    };
+    if (o.rounding == "stochastic")
+      with_rounding.template operator()<qsdp::rounding::stochastic>();
+    else
+      with_rounding.template operator()<qsdp::rounding::nearest>();
+  };
+  if (o.element == "e4m3")
+    with_element.template operator()<qsdp::e4m3>();
+  else if (o.element == "e5m2")
+    with_element.template operator()<qsdp::e5m2>();
+  else if (o.element == "e2m3")
+    with_element.template operator()<qsdp::e2m3>();
+  else if (o.element == "e3m2")
+    with_element.template operator()<qsdp::e3m2>();
+  else
+    with_element.template operator()<qsdp::e2m1>();
+}
+
+template <unsigned Widths, unsigned RotatedWidths, bool WithMx, class Run>
 void dispatch_policy(const options& o, Run&& run) {
   if (o.quantizer == "identity") return run(qsdp::identity{}, std::string("identity"));
   const bool rotated = o.quantizer == "hadamard";
+  if (!mx_family(o).empty()) {
+    if constexpr (WithMx) {
+      return dispatch_mx(o, rotated, run);
+    } else {
+      usage_error("--quantizer " + o.quantizer +
+                  ": the nccl backend of qsdp-bench has no MX policies (left out to keep nvcc's "
+                  "compile time down); the local and mpi backends have them");
+    }
+  }
   const std::string family = rotated ? (o.inner.empty() ? "stochastic" : o.inner) : o.quantizer;
   const std::string plain_name = family + "<" + std::to_string(o.bits) + ">";
   const std::string name = rotated ? "hadamard<" + plain_name + ">" : plain_name;
@@ -798,10 +898,12 @@ void dispatch_policy(const options& o, Run&& run) {
   else if (family == "random_shift")
     each_width.template operator()<qsdp::random_shift, (Widths & ~2u), (RotatedWidths & ~2u)>();
   else if (rotated)
-    usage_error("--inner " + family + ": expected stochastic, uniform, symmetric or random_shift");
+    usage_error("--inner " + family +
+                ": expected stochastic, uniform, symmetric, random_shift, mxfp8 or mxfp4");
   else
     usage_error("--quantizer " + o.quantizer +
-                ": expected stochastic, uniform, symmetric, random_shift, identity or hadamard");
+                ": expected stochastic, uniform, symmetric, random_shift, mxfp8, mxfp6, mxfp4, "
+                "identity or hadamard");
   if (!ran) {
     const unsigned built_widths = rotated ? RotatedWidths : Widths;
     std::string built;
@@ -817,7 +919,7 @@ void dispatch_policy(const options& o, Run&& run) {
 template <unsigned Widths, unsigned RotatedWidths, class Run>
 void dispatch(const options& o, Run&& run) {
   auto typed = [&]<class T>() {
-    dispatch_policy<Widths, RotatedWidths>(
+    dispatch_policy<Widths, RotatedWidths, true>(
         o, [&](const auto& q, const std::string& name) { run.template operator()<T>(q, name); });
   };
   if (o.dtype == "float")

@@ -280,7 +280,7 @@ void run_processes(const options& o, const Q& q, const std::string& policy, int 
 /// The sweep for one element type on `devices` GPUs (threads) or one per process (mpirun).
 template <class T>
 void run_typed(const options& o, const process_group& group, int devices) {
-  dispatch_policy<device_widths, 0u>(o, [&](const auto& q, const std::string& name) {
+  dispatch_policy<device_widths, 0u, false>(o, [&](const auto& q, const std::string& name) {
     if (group.world > 1) return run_processes<T>(o, q, name, devices, group);
     run_threads<T>(o, q, name, devices);
   });

@@ -396,6 +396,16 @@ TEST_CASE("MX shared scales follow the spec's floor rule and the no-saturation c
 
 TEST_CASE("MX stochastic rounding lands on a neighbour and is unbiased") {
   for_each_format([]<class F>() { check_stochastic<F>(); });
+  // The threshold itself: 1 + f * 1/8 (E4M3's gap above 1) with f exactly the draw of half 1000
+  // rounds up for every smaller draw and down from that draw on, so P(up) is f, not f + 2^-16.
+  const std::uint32_t h = 1000;
+  const float f = qsdp::detail::uniform_from_half(h);
+  const float v = 1.0f + f * 0.125f;
+  using qsdp::detail::minifloat_encode;
+  const std::uint32_t one = 0x38, next = 0x39;  // E4M3 codes of 1 and 1.125
+  CHECK(minifloat_encode<qsdp::e4m3, true>(v, 0, qsdp::detail::uniform_from_half(h - 1)) == next);
+  CHECK(minifloat_encode<qsdp::e4m3, true>(v, 0, f) == one);
+  CHECK(minifloat_encode<qsdp::e4m3, true>(-v, 0, f) == (0x80u | one));
 }
 
 TEST_CASE("MX policies through the codec: the spec's element times the block's scale") {

@@ -86,8 +86,9 @@ POLICIES = {  # name: (metadata bytes, randomized encode, lowest bits)
 BITS = (8, 4, 2)
 # The OCP Microscaling policies (quantizers.hpp, mx<Element, R>): one E8M0 byte per block of 32,
 # which the span kernels take with one thread per block; blocks of 32 never take the decoders'
-# shuffled table. Reported, not budgeted: their figures are the targets of the MX kernels' tuning.
-# Their round-to-nearest encode converts nothing, so rule (4) cannot tell its path from a flagged
+# shuffled table. Their decoders are budgeted as the grid policies'; their encoders and fused
+# reduce-scatter decoders are reported, not budgeted (docs/benchmarks/gpu.md: how far they are).
+# The round-to-nearest encode converts nothing, so rule (4) cannot tell its path from a flagged
 # bucket's, which skips the encoding: that figure is a lower bound (marked `*`).
 MX_BUCKET = 32
 # The C++ types are spelled as c++filt prints them (rounding 0 is nearest, 1 stochastic), so that
@@ -174,7 +175,7 @@ class Kernel:
         return self.ranks * code + size  # reduce-scatter: per output value
 
     def budget(self) -> float | None:
-        if self.policy in MX_POLICIES:
+        if self.policy in MX_POLICIES and self.kind not in ("decode", "decode-accumulate"):
             return None
         if self.kind == "encode":
             key = "encode_randomized" if self.randomized() else "encode"

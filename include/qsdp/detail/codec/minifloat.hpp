@@ -12,6 +12,7 @@
 // shifts and masks, exact without a wider float type, and the same on every path.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "../../config.hpp"
@@ -101,8 +102,10 @@ QSDP_HOST_DEVICE inline float e8m0_value(std::uint8_t byte) {
 /// infinity codes where it has them, else the largest magnitude: the codec never passes them (it
 /// flags a block holding them, and its decoders give NaN for all of that block).
 ///
-/// Without branches: selects, clamped shifts and one comparison per value, so that a warp's lanes
-/// never diverge and the kernels' machine code has one path per value.
+/// In float arithmetic that is exact where it decides anything, without branches: y = |x| / 2^e is
+/// exact unless it is below 2^-126, where it is far below half the element grid's smallest gap
+/// (2^-17 at most) and every rounding gives 0; y / gap is exact (a power of two), and so are its
+/// rounding to an integer and its fractional part.
 template <class F, bool Stochastic>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e, float u) {
   constexpr int mbits = F::mantissa_bits;
@@ -110,50 +113,41 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e
   constexpr int lowest_binade = 1 - F::bias;  // the smallest normal's; subnormals share its gap
   constexpr int highest_binade = element_emax<F>() + 1;  // past the largest finite value
   constexpr auto max_code = static_cast<std::uint32_t>(F::max_code);
-  const std::uint32_t raw = bit_cast<std::uint32_t>(x);
-  const std::uint32_t sign = (raw >> 31) << (bits - 1);
-  const std::uint32_t magnitude = raw & 0x7FFFFFFFu;
-  // |x| = m * 2^exponent, m < 2^24 (subnormal floats: field 0, exponent -149; zero: m = 0).
-  const int field = static_cast<int>(magnitude >> 23);
-  const std::uint32_t m = field != 0 ? (magnitude & 0x7FFFFFu) | 0x800000u : magnitude;
-  const int exponent = (field != 0 ? field : 1) - 150;
-  // The scaled value's binade (floor(log2 |x / 2^e|); zero gets the lowest, where its steps are 0),
-  // kept within the element's binades; the grid's gap there is 2^(binade - mbits).
-  const int scaled_log2 = exponent + top_bit(m | 1u) - e;
-  const int binade = scaled_log2 < lowest_binade    ? lowest_binade
-                     : scaled_log2 > highest_binade ? highest_binade
-                                                    : scaled_log2;
-  // The scaled value in units of the gap: m * 2^-shift, split into whole steps and the rest.
-  // Shifts of 31 or more leave no step (m < 2^24); past the range the code saturates below, so
-  // the left shift's clamp changes nothing that is kept.
-  const int shift = (binade - mbits) - (exponent - e);
-  const int right = shift < 0 ? 0 : shift > 31 ? 31 : shift;
-  const int left = shift >= 0 ? 0 : shift < -31 ? 31 : -shift;
-  std::uint32_t steps = (m << left) >> right;
-  const std::uint32_t rest = m & ((1u << right) - 1u);
-  bool up;
+  // Bounds y / gap for the conversion; a value this large (or NaN, or infinity) gives more steps
+  // than any binade holds, so its code clamps to the largest finite element below.
+  constexpr float steps_limit = static_cast<float>(1u << (mbits + 2));
+  // 2^-e (e in -127..127; 2^-127 is subnormal), exact.
+  const float inverse_scale = bit_cast<float>(
+      e >= e8m0_bias ? 0x00400000u : static_cast<std::uint32_t>(e8m0_bias - e) << 23);
+  const float y = fabsf(x) * inverse_scale;
+  // floor(log2 y) from its exponent field (-127 for 0 and subnormals), kept within the element's
+  // binades; the grid's gap there is 2^(binade - mbits).
+  const int y_log2 = static_cast<int>(bit_cast<std::uint32_t>(y) >> 23) - 127;
+  const int binade = y_log2 < lowest_binade    ? lowest_binade
+                     : y_log2 > highest_binade ? highest_binade
+                                               : y_log2;
+  const float inverse_gap = bit_cast<float>(static_cast<std::uint32_t>(127 + mbits - binade) << 23);
+  const float gaps = fminf(y * inverse_gap, steps_limit);  // NaN becomes the limit too
+  std::uint32_t steps;
   if constexpr (Stochastic) {
-    // u < rest * 2^-shift. The product is exact in float whenever it is at least 2^-36 (rest has
-    // 24 bits, 2^-60 is normal), and u >= 2^-17 exceeds every smaller one: so clamping the shift
-    // to 60 keeps every outcome, and no subnormal (flushed under fast math) is ever formed.
-    const int scale_shift = shift < 0 ? 0 : shift > 60 ? 60 : shift;
-    up = u < static_cast<float>(rest) *
-                 bit_cast<float>(static_cast<std::uint32_t>(127 - scale_shift) << 23);
+    // floor(gaps) + (u < fraction) is ceil(gaps - u) (0 where that is negative): gaps - u is
+    // exact wherever its ceiling is not 0 (gaps carries 24 bits below 2^5, u 17 bits below 1).
+    steps = static_cast<std::uint32_t>(fmaxf(ceilf(gaps - u), 0.0f));
   } else {
     (void)u;
-    const std::uint32_t half = (1u << right) >> 1;
-    up = rest > half || (rest == half && half != 0 && (steps & 1u) != 0);
+    // Round to nearest even in the addition (gaps < 2^23): no conversion instruction.
+    steps = bit_cast<std::uint32_t>(gaps + 0x1p23f) - bit_cast<std::uint32_t>(0x1p23f);
   }
-  steps += up ? 1u : 0u;
   // Exponent field binade + bias (0 for the subnormals, whose steps count from zero); a carry of
   // steps into 2^(mbits + 1) moves to the next binade's first code by itself.
   const std::uint32_t code = (static_cast<std::uint32_t>(binade + F::bias - 1) << mbits) + steps;
-  std::uint32_t out = code > max_code || scaled_log2 > highest_binade ? max_code : code;
-  if (magnitude >= 0x7F800000u) {  // a select: no arithmetic on this path
-    const int special = magnitude == 0x7F800000u ? F::inf_code : F::nan_code;
-    out = special >= 0 ? static_cast<std::uint32_t>(special) : max_code;
-  }
-  return sign | out;
+  std::uint32_t out = code < max_code ? code : max_code;
+  const std::uint32_t raw = bit_cast<std::uint32_t>(x);
+  if constexpr (F::nan_code >= 0)
+    if ((raw & 0x7FFFFFFFu) > 0x7F800000u) out = static_cast<std::uint32_t>(F::nan_code);
+  if constexpr (F::inf_code >= 0)
+    if ((raw & 0x7FFFFFFFu) == 0x7F800000u) out = static_cast<std::uint32_t>(F::inf_code);
+  return ((raw >> 31) << (bits - 1)) | out;
 }
 
 /// The value of element code `code` of format F (NaN and infinity codes where F has them).

@@ -998,10 +998,13 @@ __device__ QSDP_FORCE_INLINE void span_begin(const Sink&, std::uint64_t, float (
   QSDP_UNROLL
   for (unsigned k = 0; k < span_values; ++k) a[k] = 0.0f;
 }
-template <bool Skewed, class T>
+// SignificantBits: decoded_significant_bits of the policy. A finite float of at most 8 significant
+// bits is at most 1.99 * 2^127, inside bf16's range: a store into bf16 then needs no saturation.
+template <bool Skewed, int SignificantBits, class T>
 __device__ QSDP_FORCE_INLINE void span_end(const store_sink<T>& sink, std::uint64_t first,
                                            float (&a)[span_values], unsigned skew, bool active) {
-  store_span<T, true, Skewed>(sink.dst, first, a, skew, active);
+  constexpr bool in_range = element_traits<T>::tag == element_type::bf16 && SignificantBits <= 8;
+  store_span<T, !in_range, Skewed>(sink.dst, first, a, skew, active);
 }
 template <bool Skewed>
 __device__ QSDP_FORCE_INLINE void span_begin(const accumulate_sink& sink, std::uint64_t first,
@@ -1018,12 +1021,12 @@ __device__ QSDP_FORCE_INLINE void span_begin(const accumulate_sink& sink, std::u
     }
   }
 }
-template <bool Skewed>
+template <bool Skewed, int SignificantBits>
 __device__ QSDP_FORCE_INLINE void span_end(const accumulate_sink& sink, std::uint64_t first,
                                            float (&a)[span_values], unsigned skew, bool active) {
   store_span<float, false, Skewed>(sink.acc, first, a, skew, active);
 }
-template <bool Skewed, class T>
+template <bool Skewed, int SignificantBits, class T>
 __device__ QSDP_FORCE_INLINE void span_end(const reduce_sink<T>& sink, std::uint64_t first,
                                            float (&a)[span_values], unsigned skew, bool active) {
   if (sink.average) {
@@ -1080,7 +1083,7 @@ __global__ void __launch_bounds__(codec_block)
       } else {  // a store keeps the last packet's values (decode has one): no loop for nvcc to peel
         fold_packet(packet_count - 1);
       }
-      span_end<Skewed>(sink, s * span_values, a, skew, active);
+      span_end<Skewed, decoded_significant_bits<Q>()>(sink, s * span_values, a, skew, active);
     }
   };
   // Warp tiles: a warp takes 32 consecutive spans per step and its lanes stay together (the
