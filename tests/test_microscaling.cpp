@@ -415,6 +415,13 @@ TEST_CASE("MX policies through the codec: the spec's element times the block's s
   }
 }
 
+// The device's bf16 stores skip saturation only for policies that promise few significant bits:
+// MX's elements, not a rotated block's sums nor an integer grid's values.
+static_assert(qsdp::detail::decoded_significant_bits<qsdp::mxfp8<>>() == 4);
+static_assert(qsdp::detail::decoded_significant_bits<qsdp::mxfp4<>>() == 2);
+static_assert(qsdp::detail::decoded_significant_bits<qsdp::hadamard<qsdp::mxfp4<>>>() == 24);
+static_assert(qsdp::detail::decoded_significant_bits<qsdp::uniform<8>>() == 24);
+
 TEST_CASE("MX packets: one E8M0 byte per block of 32, NaN and infinity blocks decode to NaN") {
   qsdp::mxfp8<> p{};
   // A packet of 4096 values holds 4096 code bytes and 128 scale bytes past a fixed header.

@@ -4,23 +4,7 @@
 // (examples/fsdp_train/README.md): FSDP over qsdp's collectives, in-process ranks (threads) by
 // default, MPI processes with --mpi.
 //
-//   qsdp_fsdp_train [--weights
-//   fp32|stochastic8|random_shift8|nearest8|delta_random_shift4|mxfp8|...]
-//                   [--grads fp32|stochastic8|hadamard_stochastic4|mxfp8_stochastic|...]
-//                   [--store fp32|nearest4|...]
-//                   [--ranks 4] [--steps 3000] [--batch 256] [--lr 3e-3] [--seed 1] [--bucket 1024]
-//                   [--data /usr/share/games/fortunes] [--eval-every 250] [--val-examples 8192]
-//                   [--hidden 384] [--embed 16] [--context 16] [--log FILE.csv] [--mpi] [--profile]
-//
-// Prints progress every --eval-every steps and a final line
-//   final: steps S train T val V val_quantized Q seconds X
-// (train: mean loss of the last eval window's batches; val: validation loss with the exact master
-// weights; val_quantized: with the weights through the training's weight quantizer). --log writes
-// step,train,val rows for plots. --profile adds a line of per-step medians on rank 0 (evaluation
-// not counted):
-//   breakdown: step S compute C collectives K encode E decode D exchange W
-// (seconds: the step; the part outside qsdp's collectives; inside them; their host codec's encode
-// and decode; the rest of them, the exchanges and waiting for the peers; qsdp::call_timings).
+// `qsdp_fsdp_train --help` prints the options (the usage text below).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -61,9 +45,45 @@ struct options {
   bool profile = false;
 };
 
+constexpr const char* usage = R"(usage: qsdp_fsdp_train [options]
+
+Trains a character-level language model sharded over ranks, FSDP-style, with qsdp's collectives
+quantizing the gathered weights and the reduce-scattered gradients.
+
+  --weights Q       weight all_gather: fp32, stochasticB, random_shiftB, nearestB, symmetricB
+                    (B in 2, 4, 8), mxfp8, mxfp4, mxfp8_stochastic, mxfp4_stochastic; a delta_
+                    prefix (delta_random_shift4) gathers weight differences (default fp32)
+  --grads Q         gradient reduce_scatter: the same names, and hadamard_stochastic4,
+                    hadamard_stochastic8, hadamard_mxfp4_stochastic (default fp32)
+  --store Q         how the master weights are stored between steps (default fp32)
+  --ranks N         in-process ranks (threads) (default 4)
+  --steps N         optimizer steps (default 3000)
+  --batch N         examples per step over all ranks, a multiple of them (default 256)
+  --lr R            Adam's learning rate, decayed linearly to a tenth (default 3e-3)
+  --seed N          (default 1)
+  --bucket N        values per bucket of the integer policies (default 1024)
+  --data PATH       a text file or a folder of them (default /usr/share/games/fortunes)
+  --eval-every N    steps between progress lines (default 250)
+  --val-examples N  validation examples (default 8192)
+  --hidden N, --embed N, --context N   the model (defaults 384, 16, 16)
+  --log FILE        step,train,val rows for plots
+  --mpi             ranks are MPI processes (start under mpirun)
+  --profile         a line of per-step medians on rank 0
+  --help            this text
+
+Prints progress every --eval-every steps and a final line
+  final: steps S train T val V val_quantized Q seconds X
+(train: mean loss of the last eval window's batches; val: validation loss with the exact master
+weights; val_quantized: with the weights through the training's weight quantizer). --profile adds
+  breakdown: step S compute C collectives K encode E decode D exchange W
+(seconds per step, medians, evaluation not counted: the step; the part outside qsdp's collectives;
+inside them; their host codec's encode and decode; the rest of them, the exchanges and waiting for
+the peers; qsdp::call_timings).
+)";
+
 [[noreturn]] void bad(const std::string& message) {
   throw std::invalid_argument("qsdp_fsdp_train: " + message +
-                              " (see the top of examples/fsdp_train/train.cpp)");
+                              " (qsdp_fsdp_train --help lists the options)");
 }
 
 long number(const char* flag, const std::string& text, long lo, long hi) {
@@ -79,6 +99,10 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
     if (flag == "--profile") {
       o.profile = true;
       continue;

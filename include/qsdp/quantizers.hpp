@@ -283,6 +283,8 @@ inline constexpr std::uint8_t mx_first_wire_id = 6;
   using meta_type = std::uint8_t; /**< the block's E8M0 scale: 2^(byte - 127) */                   \
   /** A block holding NaN or inf: E8M0's NaN byte (its codes are 0, its values decode to NaN). */  \
   static constexpr meta_type non_finite_meta = detail::e8m0_nan;                                   \
+  /** Every finite decoded value is an element times a power of two: these significant bits. */    \
+  static constexpr int decoded_significant_bits = 1 + Element::mantissa_bits;                      \
   /** The block's shared scale (detail/codec/minifloat.hpp states both rules). */                  \
   QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const {                                    \
     return detail::e8m0_byte(randomized ? detail::mx_ceil_exponent<Element>(s.abs_max)             \

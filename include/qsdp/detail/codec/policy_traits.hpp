@@ -160,12 +160,13 @@ QSDP_HOST_DEVICE constexpr typename Q::meta_type non_finite_meta() {
     return typename Q::meta_type{};
 }
 
-/// The significant bits of every finite value Q decodes to, where the policy bounds them (an MX
-/// element's 1 + mantissa bits, which the power-of-two scale keeps), else 24 (any float).
+/// The significant bits of every finite value Q decodes to: Q::decoded_significant_bits where the
+/// policy bounds them (MX: an element's 1 + mantissa bits, which the power-of-two scale keeps),
+/// else 24 (any float). A rotated policy's decoded values are sums: 24.
 template <class Q>
 consteval int decoded_significant_bits() {
-  if constexpr (!rotated<Q>() && requires { typename Q::element_format; })
-    return 1 + Q::element_format::mantissa_bits;
+  if constexpr (!rotated<Q>() && requires { Q::decoded_significant_bits; })
+    return Q::decoded_significant_bits;
   else
     return 24;
 }
