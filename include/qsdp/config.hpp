@@ -81,7 +81,7 @@ QSDP_HOST_DEVICE constexpr To bit_cast(const From& value) noexcept {
 
 /// The NaN decoders write for flagged buckets and rotated results (the host's
 /// std::numeric_limits<float>::quiet_NaN()): one NaN, whichever path made it.
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE float quiet_nan() { return bit_cast<float>(0x7FC00000u); }
+QSDP_HOST_DEVICE constexpr float quiet_nan() { return bit_cast<float>(0x7FC00000u); }
 
 /// Base of the owners of a resource (pinned or device memory, events, MPI datatypes), which are
 /// neither copied nor moved: a copy would free the resource twice.

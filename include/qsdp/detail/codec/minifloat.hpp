@@ -150,12 +150,12 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e
   return ((raw >> 31) << (bits - 1)) | out;
 }
 
-/// The value of element code `code` of format F (NaN and infinity codes where F has them).
-/// Without branches: normal elements are the code's fields moved into a float's with the
-/// exponent rebiased, subnormal ones mantissa * 2^(1 - bias - mbits) (a normal float, so no
+/// The value of element code `code` of format F (NaN and infinity codes where F has them), from
+/// its fields. Without branches: normal elements are the code's fields moved into a float's with
+/// the exponent rebiased, subnormal ones mantissa * 2^(1 - bias - mbits) (a normal float, so no
 /// subnormal arithmetic that fast math would flush); one select picks.
 template <class F>
-QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
+QSDP_HOST_DEVICE constexpr float minifloat_value(std::uint32_t code) {
   constexpr int mbits = F::mantissa_bits;
   constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
   static_assert(F::bias + mbits - 1 > 0 && F::bias + mbits - 1 < 32);
@@ -176,6 +176,29 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
     if (magnitude == static_cast<std::uint32_t>(F::nan_code)) value = quiet_nan();
   }
   return value;
+}
+
+/// Every value of element format F, indexed by code (minifloat_value's): the host decodes by one
+/// load. (On the device a per-thread table would live in local memory; there the fields are
+/// decoded in registers.)
+template <class F>
+inline constexpr auto element_values = [] {
+  struct table {
+    float v[1u << (1 + F::exponent_bits + F::mantissa_bits)];
+  } t{};
+  for (std::uint32_t c = 0; c < sizeof t.v / sizeof t.v[0]; ++c) t.v[c] = minifloat_value<F>(c);
+  return t;
+}();
+
+/// The value of element code `code` of format F: minifloat_value, by table on the host.
+template <class F>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
+#if QSDP_DEVICE_SPELLING
+  return minifloat_value<F>(code);
+#else
+  constexpr std::uint32_t codes = 1u << (1 + F::exponent_bits + F::mantissa_bits);
+  return element_values<F>.v[code & (codes - 1)];
+#endif
 }
 
 }  // namespace qsdp::detail
