@@ -190,6 +190,41 @@ class Kernel:
         return BUDGET[key] * (TWO_BIT_FACTOR if self.bits == 2 else 1.0)
 
 
+def span_kernels(policy: str, bits: int, q: str, shuffled: str, general: bool,
+                 encode_partial: bool = False) -> list[Kernel]:
+    """The span kernels of policy type `q` for both elements (encode, decode, decode skewed,
+    reduce-scatter, decode-accumulate), with the general encode and decode kernels where
+    `general`; `shuffled` is the decoders' shuffled-table template argument."""
+    kernels = []
+    for element, (ctype, _) in ELEMENTS.items():
+        kernels.append(Kernel("encode", policy, bits, element,
+                              f"encode_spans_kernel<{q}, {ctype}, true>", partial=encode_partial))
+        if general:
+            kernels += [
+                Kernel("encode general (meta)", policy, bits, element,
+                       f"bucket_meta_kernel<{q}, {ctype}>"),
+                Kernel("encode general (codes)", policy, bits, element,
+                       f"encode_groups_kernel<{q}, {ctype}>"),
+            ]
+        kernels.append(Kernel("decode", policy, bits, element,
+                              f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"))
+        if general:
+            kernels.append(Kernel("decode general", policy, bits, element,
+                                  f"decode_kernel<{q}, store_sink<{ctype}>>"))
+        # The same kernel's loop for output off a 16-byte boundary (an all_gather chunk of a
+        # count that is no multiple of 16 bytes): reported, not budgeted.
+        kernels.append(Kernel("decode skewed", policy, bits, element,
+                              f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"))
+        kernels += [
+            Kernel("reduce-scatter", policy, bits, element,
+                   f"decode_spans_kernel<{q}, reduce_sink<{ctype}>, {shuffled}>", ranks)
+            for ranks in RANKS
+        ]
+    kernels.append(Kernel("decode-accumulate", policy, bits, "fp32",
+                          f"decode_spans_kernel<{q}, accumulate_sink, {shuffled}>"))
+    return kernels
+
+
 def hot_kernels() -> list[Kernel]:
     kernels = []
     for policy, (_, _, lowest) in POLICIES.items():
@@ -200,46 +235,9 @@ def hot_kernels() -> list[Kernel]:
             # Widths of at most 4 bits that divide 32 decode buckets of >= 512 values (1024 here)
             # through the shuffled table (codec_kernels.cuh, shuffled_width).
             shuffled = "true" if bits <= 4 and 32 % bits == 0 else "false"
-            for element, (ctype, _) in ELEMENTS.items():
-                kernels += [
-                    Kernel("encode", policy, bits, element, f"encode_spans_kernel<{q}, {ctype}, true>"),
-                    Kernel("encode general (meta)", policy, bits, element,
-                           f"bucket_meta_kernel<{q}, {ctype}>"),
-                    Kernel("encode general (codes)", policy, bits, element,
-                           f"encode_groups_kernel<{q}, {ctype}>"),
-                    Kernel("decode", policy, bits, element,
-                           f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"),
-                    Kernel("decode general", policy, bits, element,
-                           f"decode_kernel<{q}, store_sink<{ctype}>>"),
-                    # The same kernel's loop for output off a 16-byte boundary (an all_gather
-                    # chunk of a count that is no multiple of 16 bytes): reported, not budgeted.
-                    Kernel("decode skewed", policy, bits, element,
-                           f"decode_spans_kernel<{q}, store_sink<{ctype}>, {shuffled}>"),
-                ]
-                kernels += [
-                    Kernel("reduce-scatter", policy, bits, element,
-                           f"decode_spans_kernel<{q}, reduce_sink<{ctype}>, {shuffled}>", ranks)
-                    for ranks in RANKS
-                ]
-            kernels.append(Kernel("decode-accumulate", policy, bits, "fp32",
-                                  f"decode_spans_kernel<{q}, accumulate_sink, {shuffled}>"))
+            kernels += span_kernels(policy, bits, q, shuffled, general=True)
     for policy, (q, bits, randomized) in MX_POLICIES.items():
-        for element, (ctype, _) in ELEMENTS.items():
-            kernels += [
-                Kernel("encode", policy, bits, element, f"encode_spans_kernel<{q}, {ctype}, true>",
-                       partial=not randomized),
-                Kernel("decode", policy, bits, element,
-                       f"decode_spans_kernel<{q}, store_sink<{ctype}>, false>"),
-                Kernel("decode skewed", policy, bits, element,
-                       f"decode_spans_kernel<{q}, store_sink<{ctype}>, false>"),
-            ]
-            kernels += [
-                Kernel("reduce-scatter", policy, bits, element,
-                       f"decode_spans_kernel<{q}, reduce_sink<{ctype}>, false>", ranks)
-                for ranks in RANKS
-            ]
-        kernels.append(Kernel("decode-accumulate", policy, bits, "fp32",
-                              f"decode_spans_kernel<{q}, accumulate_sink, false>"))
+        kernels += span_kernels(policy, bits, q, "false", general=False, encode_partial=not randomized)
     for policy, bits in ROTATED:
         q = f"qsdp::hadamard<qsdp::{policy}<{bits}>>"
         for element, (ctype, _) in ELEMENTS.items():

@@ -116,10 +116,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e
   // Bounds y / gap for the conversion; a value this large (or NaN, or infinity) gives more steps
   // than any binade holds, so its code clamps to the largest finite element below.
   constexpr float steps_limit = static_cast<float>(1u << (mbits + 2));
-  // 2^-e (e in -127..127; 2^-127 is subnormal), exact.
-  const float inverse_scale = bit_cast<float>(
-      e >= e8m0_bias ? 0x00400000u : static_cast<std::uint32_t>(e8m0_bias - e) << 23);
-  const float y = fabsf(x) * inverse_scale;
+  const float y = fabsf(x) * e8m0_value(e8m0_byte(-e));  // 2^-e, e in -127..127: exact
   // floor(log2 y) from its exponent field (-127 for 0 and subnormals), kept within the element's
   // binades; the grid's gap there is 2^(binade - mbits).
   const int y_log2 = static_cast<int>(bit_cast<std::uint32_t>(y) >> 23) - 127;
