@@ -179,6 +179,9 @@ int main(int argc, char** argv) {
   register_policy("mxfp6<e2m3>", qsdp::mxfp6<qsdp::e2m3>{});
   register_policy("mxfp4", qsdp::mxfp4<>{});
   register_policy("mxfp4<stochastic>", qsdp::mxfp4<qsdp::rounding::stochastic>{.seed = 1});
+  // NVFP4: blocks of 16 and a pass for the tensor scale before the encode.
+  register_policy("nvfp4", qsdp::nvfp4<>{});
+  register_policy("nvfp4<stochastic>", qsdp::nvfp4<qsdp::rounding::stochastic>{.seed = 1});
 
   const std::size_t streaming = qsdp::detail::host_streaming_bytes.load();
   std::printf("qsdp host codec: %zu float values (%.0f MiB), bucket 1024, host path %s, ", g_values,

@@ -4,8 +4,8 @@
 
 The default table is qsdp::hadamard's: 2, 4 and 8 bits, with and without the rotation, buckets 32 to
 2048, as a round trip (an all_gather of gradient-like data) and as a reduce-scatter. With --formats,
-the policy table instead: the integer policies beside the OCP Microscaling ones (mxfp8, mxfp6,
-mxfp4, hadamard<mxfp4>), each with the bits per value it sends (scales, flags and header included)
+the policy table instead: the integer policies beside the block-scaled float ones (mxfp8, mxfp6,
+mxfp4, nvfp4 and their hadamard<> forms), each with the bits per value it sends (scales, flags and header included)
 and its round-trip error on weight-like and on gradient-like data.
 
     python3 bench/error_table.py --bench build/release/bench/qsdp-bench [--ranks 4] [--size 4M]
@@ -28,7 +28,7 @@ OPS = (("round trip", "all_gather"), ("reduce-scatter", "reduce_scatter"))
 
 
 # --formats: (qsdp-bench arguments naming the policy, bucket). The integer policies at their usual
-# bucket of 1024 and at the MX block of 32; every MX policy at the spec's 32.
+# bucket of 1024 and at the MX block of 32; every MX policy at the spec's 32, NVFP4 at its 16.
 FORMATS = (
     (["--quantizer", "uniform", "--bits", "8"], 1024),
     (["--quantizer", "stochastic", "--bits", "8"], 1024),
@@ -46,6 +46,9 @@ FORMATS = (
     (["--quantizer", "mxfp4", "--rounding", "stochastic"], 32),
     (["--quantizer", "hadamard", "--inner", "stochastic", "--bits", "4"], 1024),
     (["--quantizer", "hadamard", "--inner", "mxfp4", "--rounding", "stochastic"], 32),
+    (["--quantizer", "nvfp4"], 16),
+    (["--quantizer", "nvfp4", "--rounding", "stochastic"], 16),
+    (["--quantizer", "hadamard", "--inner", "nvfp4", "--rounding", "stochastic"], 16),
 )
 
 

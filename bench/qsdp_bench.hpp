@@ -146,18 +146,18 @@ inline const char* help_text =
     "                         drift by 0.5 % of their spread before every call (outside the timed\n"
     "                         part); it runs on the local and mpi backends.\n"
     "  --quantizer Q          stochastic, uniform, symmetric, random_shift, mxfp8, mxfp6, mxfp4,\n"
-    "                         identity or hadamard (default stochastic).\n"
+    "                         nvfp4, identity or hadamard (default stochastic).\n"
     "  --inner Q              The policy that hadamard rotates: stochastic, uniform, symmetric,\n"
-    "                         random_shift, mxfp8 or mxfp4 (default stochastic). hadamard takes "
-    "2,\n"
-    "                         4 or 8 bits and a bucket of 16 to 4096 values that is a power of\n"
-    "                         two; the nccl backend has no hadamard.\n"
+    "                         random_shift, mxfp8, mxfp4 or nvfp4 (default stochastic). hadamard\n"
+    "                         takes 2, 4 or 8 bits and a bucket of 16 to 4096 values that is a\n"
+    "                         power of two; the nccl backend has no hadamard.\n"
     "  --bits B               Bits per value, 1 to 8; random_shift takes 2 to 8, the nccl backend\n"
     "                         2, 4 or 8 (default 8; the MX policies' own width).\n"
     "  --element E            MX policies' element format: mxfp8 e4m3 (default) or e5m2, mxfp6\n"
-    "                         e2m3 (default) or e3m2, mxfp4 e2m1. Blocks are --bucket values (32\n"
-    "                         is the OCP spec's); the local and mpi backends have them.\n"
-    "  --rounding R           MX policies' rounding: nearest (default) or stochastic.\n"
+    "                         e2m3 (default) or e3m2, mxfp4 and nvfp4 e2m1. Blocks are --bucket\n"
+    "                         values (32 is the OCP spec's, 16 NVFP4's); the local and mpi\n"
+    "                         backends have them.\n"
+    "  --rounding R           MX and NVFP4 rounding: nearest (default) or stochastic.\n"
     "  --bucket N             Values per bucket, N >= 1 (default 1024).\n"
     "  --data D               weights: N(0, 0.02); gradients: N(0, 1e-3) with one value in 97\n"
     "                         drawn from N(0, 1) (default: weights for all_gather and\n"
@@ -201,10 +201,11 @@ inline const char* help_text =
     "Progress lines go to stderr once a run takes more than a few seconds; the table goes to "
     "stdout.\n";
 
-/// The MX family that --quantizer (or hadamard's --inner) names, or "" for the others.
+/// The block-scaled float family (MX or NVFP4) that --quantizer (or hadamard's --inner) names, or
+/// "" for the others.
 inline std::string mx_family(const options& o) {
   const std::string& f = o.quantizer == "hadamard" ? o.inner : o.quantizer;
-  return f == "mxfp8" || f == "mxfp6" || f == "mxfp4" ? f : std::string();
+  return f == "mxfp8" || f == "mxfp6" || f == "mxfp4" || f == "nvfp4" ? f : std::string();
 }
 
 /// --element and --rounding belong to the MX policies, which fix the width: a --bits that differs
@@ -215,8 +216,8 @@ inline void check_mx_options(options& o) {
     if (!o.element.empty() || !o.rounding.empty())
       usage_error(
           std::string(o.element.empty() ? "--rounding " + o.rounding : "--element " + o.element) +
-          ": only the MX policies take it (--quantizer mxfp8, mxfp6 or mxfp4, or "
-          "hadamard with --inner mxfp8 or mxfp4)");
+          ": only the MX and NVFP4 policies take it (--quantizer mxfp8, mxfp6, mxfp4 or "
+          "nvfp4, or hadamard with --inner mxfp8, mxfp4 or nvfp4)");
     return;
   }
   const bool fp8 = family == "mxfp8", fp6 = family == "mxfp6";
@@ -236,7 +237,7 @@ inline void check_mx_options(options& o) {
                 std::to_string(width) + " bits per value");
   if (o.quantizer == "hadamard" && o.element != "e4m3" && o.element != "e2m1")
     usage_error("--inner " + family + " --element " + o.element +
-                ": hadamard takes mxfp8 (e4m3) or mxfp4");
+                ": hadamard takes mxfp8 (e4m3), mxfp4 or nvfp4");
   o.bits = width;
 }
 
@@ -803,33 +804,37 @@ inline void report(const options& o, const std::string& policy, int rank, int wo
   if (!o.json.empty()) write_json(o.json, o, policy, world, rows);
 }
 
-/// Calls run(q, name) with the policy --quantizer (and --inner) and --bits name (WithMx: the MX
-/// policies of --element and --rounding too). `Widths` has bit b
-/// set for every width this binary instantiates, `RotatedWidths` for qsdp::hadamard over each
-/// policy (the device build keeps fewer widths and no rotation, for compile time); others are
-/// refused.
-/// Calls run(q, name) with the MX policy of --quantizer (or hadamard's --inner), --element and
-/// --rounding (check_mx_options has filled and checked them).
+/// Calls run(q, name) with the MX or NVFP4 policy of --quantizer (or hadamard's --inner),
+/// --element and --rounding (check_mx_options has filled and checked them).
 template <class Run>
 void dispatch_mx(const options& o, bool rotated, Run&& run) {
-  auto with_element = [&]<class E>() {
-    auto with_rounding = [&]<qsdp::rounding R>() {
-      using plain = qsdp::mx<E, R>;
-      if constexpr (std::is_same_v<E, qsdp::e4m3> || std::is_same_v<E, qsdp::e2m1>) {
-        if (rotated) {
-          qsdp::hadamard<plain> q{};
-          q.bucket_size = o.bucket;
-          return run(q, std::string(qsdp::policy_name<qsdp::hadamard<plain>>()));
-        }
+  // The policy, or hadamard<> over it where this binary builds that rotation.
+  auto with_policy = [&]<class Plain, bool Rotatable>() {
+    if constexpr (Rotatable) {
+      if (rotated) {
+        qsdp::hadamard<Plain> q{};
+        q.bucket_size = o.bucket;
+        return run(q, std::string(qsdp::policy_name<qsdp::hadamard<Plain>>()));
       }
-      plain q{};
-      q.bucket_size = o.bucket;
-      run(q, std::string(qsdp::policy_name<plain>()));
-    };
+    }
+    Plain q{};
+    q.bucket_size = o.bucket;
+    run(q, std::string(qsdp::policy_name<Plain>()));
+  };
+  auto by_rounding = [&](auto with_rounding) {
     if (o.rounding == "stochastic")
       with_rounding.template operator()<qsdp::rounding::stochastic>();
     else
       with_rounding.template operator()<qsdp::rounding::nearest>();
+  };
+  if (mx_family(o) == "nvfp4")
+    return by_rounding(
+        [&]<qsdp::rounding R>() { with_policy.template operator()<qsdp::nvfp4<R>, true>(); });
+  auto with_element = [&]<class E>() {
+    by_rounding([&]<qsdp::rounding R>() {
+      constexpr bool rotatable = std::is_same_v<E, qsdp::e4m3> || std::is_same_v<E, qsdp::e2m1>;
+      with_policy.template operator()<qsdp::mx<E, R>, rotatable>();
+    });
   };
   if (o.element == "e4m3")
     with_element.template operator()<qsdp::e4m3>();
@@ -843,6 +848,11 @@ void dispatch_mx(const options& o, bool rotated, Run&& run) {
     with_element.template operator()<qsdp::e2m1>();
 }
 
+/// Calls run(q, name) with the policy --quantizer (and --inner) and --bits name (WithMx: the MX
+/// and NVFP4 policies of --element and --rounding too). `Widths` has bit b set for every width
+/// this binary instantiates, `RotatedWidths` for qsdp::hadamard over each
+/// policy (the device build keeps fewer widths and no rotation, for compile time); others are
+/// refused.
 template <unsigned Widths, unsigned RotatedWidths, bool WithMx, class Run>
 void dispatch_policy(const options& o, Run&& run) {
   if (o.quantizer == "identity") return run(qsdp::identity{}, std::string("identity"));
@@ -852,8 +862,8 @@ void dispatch_policy(const options& o, Run&& run) {
       return dispatch_mx(o, rotated, run);
     } else {
       usage_error("--quantizer " + o.quantizer +
-                  ": the nccl backend of qsdp-bench has no MX policies (left out to keep nvcc's "
-                  "compile time down); the local and mpi backends have them");
+                  ": the nccl backend of qsdp-bench has no MX or NVFP4 policies (left out to "
+                  "keep nvcc's compile time down); the local and mpi backends have them");
     }
   }
   const std::string family = rotated ? (o.inner.empty() ? "stochastic" : o.inner) : o.quantizer;
@@ -899,11 +909,11 @@ void dispatch_policy(const options& o, Run&& run) {
     each_width.template operator()<qsdp::random_shift, (Widths & ~2u), (RotatedWidths & ~2u)>();
   else if (rotated)
     usage_error("--inner " + family +
-                ": expected stochastic, uniform, symmetric, random_shift, mxfp8 or mxfp4");
+                ": expected stochastic, uniform, symmetric, random_shift, mxfp8, mxfp4 or nvfp4");
   else
     usage_error("--quantizer " + o.quantizer +
                 ": expected stochastic, uniform, symmetric, random_shift, mxfp8, mxfp6, mxfp4, "
-                "identity or hadamard");
+                "nvfp4, identity or hadamard");
   if (!ran) {
     const unsigned built_widths = rotated ? RotatedWidths : Widths;
     std::string built;

@@ -648,3 +648,75 @@ TEST_CASE("delta_gather: NaN recovers at the next call, and ranks that diverge a
                          doctest::Contains("shard is null"), qsdp::error);
   });
 }
+
+namespace {
+
+double relative_l2(const float* got, const std::vector<double>& want) {
+  double err = 0, ref = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    ref += want[i] * want[i];
+  }
+  return std::sqrt(err / ref);
+}
+
+}  // namespace
+
+TEST_CASE("nvfp4 through all_gather, reduce_scatter and delta_gather: a tensor scale per packet") {
+  const int world = 4;
+  const std::size_t count = 1000;
+  // Ranks whose data differ by 2^20 in magnitude: each packet's tensor scale fits its own rank.
+  auto data = [&](int rank) {
+    auto x = rank_data(rank, count * world, 3);
+    for (float& v : x) v *= std::ldexp(1.0f, 20 * (rank % 2) - 10);
+    return x;
+  };
+  std::mutex m;
+  std::vector<std::string> failures;
+  auto fail_if = [&](bool bad, const std::string& what) {
+    if (!bad) return;
+    std::lock_guard lock(m);
+    failures.push_back(what);
+  };
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    const int me = comm.rank();
+    const auto at = [](int r) { return static_cast<std::size_t>(r) * count; };
+    const std::string who = "rank " + std::to_string(me) + ": ";
+    std::vector<float> full(count * world);
+    qsdp::nvfp4<> w{};
+    const auto mine = data(me);
+    qsdp::all_gather(comm, w, mine.data(), full.data(), count, compress_all);
+    for (int r = 0; r < world; ++r) {
+      const auto theirs = data(r);
+      const std::vector<double> want(theirs.begin(), theirs.begin() + count);
+      const double e = relative_l2(full.data() + at(r), want);
+      fail_if(!(e < 0.15),
+              who + "all_gather of rank " + std::to_string(r) + ": rel. L2 " + std::to_string(e));
+    }
+
+    qsdp::hadamard<qsdp::nvfp4<qsdp::rounding::stochastic>> g{{.seed = 5}};
+    std::vector<float> out(count);
+    qsdp::reduce_scatter(comm, g, mine.data(), out.data(), count, qsdp::reduce_op::sum,
+                         compress_all);
+    std::vector<double> sum(count, 0.0);
+    for (int r = 0; r < world; ++r) {
+      const auto theirs = data(r);
+      for (std::size_t i = 0; i < count; ++i) sum[i] += theirs[at(me) + i];
+    }
+    const double e = relative_l2(out.data(), sum);
+    fail_if(!(e < 0.3), who + "reduce_scatter: rel. L2 " + std::to_string(e));
+
+    // delta_gather: the second call sends the first call's error, whose own tensor scale is far
+    // smaller, so the reconstruction's error shrinks.
+    qsdp::delta_gather<float> gather(count, world);
+    gather.all_gather(comm, w, mine.data(), full.data());
+    const std::vector<double> exact(mine.begin(), mine.begin() + count);
+    const double first = relative_l2(full.data() + at(me), exact);
+    gather.all_gather(comm, w, mine.data(), full.data());
+    const double second = relative_l2(full.data() + at(me), exact);
+    fail_if(!(second < first / 4), who + "delta_gather: rel. L2 " + std::to_string(first) +
+                                       " then " + std::to_string(second));
+  });
+  for (const auto& f : failures) FAIL_CHECK(f);
+  CHECK(failures.empty());
+}

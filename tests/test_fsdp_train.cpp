@@ -167,7 +167,8 @@ TEST_CASE("fsdp_train: bad quantizer names and batch sizes are refused with the 
                     doctest::Contains("mxfp6"));
   CHECK_THROWS_WITH(
       fsdp_train::with_gradient_policy("hadamard_nearest4", 64, [](const auto&) {}),
-      doctest::Contains("hadamard_ takes stochastic4, stochastic8 or mxfp4_stochastic"));
+      doctest::Contains("hadamard_ takes stochastic4, stochastic8, mxfp4_stochastic or "
+                        "nvfp4_stochastic"));
   CHECK_THROWS_WITH(fsdp_train::with_plain_policy(fsdp_train::weight_quantizer("delta_stochastic5"),
                                                   64, [](const auto&) {}),
                     doctest::Contains("stochastic5"));

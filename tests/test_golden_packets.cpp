@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Golden packets: small packets of every built-in policy at every bit width (and of hadamard<>
-// over five of them), for every element type, compared byte for byte with the hex committed in
-// tests/golden/packets.txt, and the values they decode to, bit for bit. Refactors of the codec must
-// not change a single byte of what goes on the wire (peers running another build would then
-// disagree); a deliberate change of the format bumps the packet version and regenerates the file:
+// over six of them, and of mxfp8, mxfp4 and nvfp4), for every element type, compared byte for byte
+// with the hex committed in tests/golden/packets.txt, and the values they decode to, bit for bit.
+// Refactors of the codec must not change a single byte of what goes on the wire (peers running
+// another build would then disagree); a deliberate change of the format bumps the packet version
+// and regenerates the file:
 //
 //   QSDP_WRITE_GOLDEN=tests/golden/packets.txt build/release/tests/qsdp_tests_codec -tc='golden*'
 //
@@ -113,6 +114,12 @@ void add_entries(std::map<std::string, std::string>& out) {
     };
     qsdp_test::for_each_policy(c.bucket, 7, [&](auto q) { add(q, qsdp_test::describe(q)); });
     add(qsdp::identity{}, "identity");
+    // Block-scaled floats, in blocks of the case's bucket (NVFP4 with its tensor record).
+    using qsdp::rounding;
+    add(qsdp::mxfp8<qsdp::e4m3>{.bucket_size = c.bucket}, "mxfp8<e4m3>");
+    add(qsdp::mxfp4<rounding::stochastic>{.bucket_size = c.bucket, .seed = 7}, "mxfp4<stochastic>");
+    add(qsdp::nvfp4<>{.bucket_size = c.bucket}, "nvfp4");
+    add(qsdp::nvfp4<rounding::stochastic>{.bucket_size = c.bucket, .seed = 7}, "nvfp4<stochastic>");
     if (qsdp::detail::hadamard_bucket_ok(c.bucket)) {  // rotated buckets: a power of two
       add(qsdp::hadamard<qsdp::uniform<4>>{{.bucket_size = c.bucket}, 7}, "hadamard<uniform<4>>");
       add(qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = c.bucket, .seed = 7}},
@@ -123,6 +130,8 @@ void add_entries(std::map<std::string, std::string>& out) {
           "hadamard<symmetric<2>>");
       add(qsdp::hadamard<qsdp::random_shift<4>>{{.bucket_size = c.bucket, .seed = 7}},
           "hadamard<random_shift<4>>");
+      add(qsdp::hadamard<qsdp::nvfp4<rounding::stochastic>>{{.bucket_size = c.bucket, .seed = 7}},
+          "hadamard<nvfp4<stochastic>>");
     }
   }
 }
@@ -168,9 +177,9 @@ TEST_CASE("golden packets: every built-in policy and width writes the committed 
   }
   const std::map<std::string, std::string> committed = read_committed();
 #if QSDP_HAS_CUDA_HALF
-  // 31 policies and identity, 2 cases, 4 element types, a packet and its decoded values each; and
-  // 5 rotated policies in the case whose bucket size hadamard takes.
-  CHECK(committed.size() == (32 * 2 + 5) * 4 * 2);
+  // 31 integer policies, identity and 4 block-scaled ones, 2 cases, 4 element types, a packet and
+  // its decoded values each; and 6 rotated policies in the case whose bucket size hadamard takes.
+  CHECK(committed.size() == (36 * 2 + 6) * 4 * 2);
 #endif
   // Every host path: the AVX-512 and AVX2 loops (where the CPU has them) and the baseline loops.
   for (const int path : {0, 1, 2}) {

@@ -247,9 +247,11 @@ void check_codec_nearest(std::size_t count) {
 }
 
 // tests/golden/mx_torchao.txt: torchao's to_mx (FLOOR scale) of fixed inputs, per format, input
-// class and dtype (tests/golden/mx_torchao.py wrote it). Keys are the line up to its last word.
-std::map<std::string, std::vector<std::uint8_t>> read_torchao_reference() {
-  const std::string path = QSDP_SOURCE_DIR "/tests/golden/mx_torchao.txt";
+// class and dtype (tests/golden/mx_torchao.py wrote it); nvfp4_torchao.txt likewise for NVFP4.
+// Keys are the line up to its last word.
+std::map<std::string, std::vector<std::uint8_t>> read_torchao_reference(
+    const char* name = "mx_torchao.txt") {
+  const std::string path = std::string(QSDP_SOURCE_DIR "/tests/golden/") + name;
   std::ifstream file(path);
   REQUIRE_MESSAGE(file.good(), "cannot read " << path);
   std::map<std::string, std::vector<std::uint8_t>> lines;
@@ -351,6 +353,88 @@ void for_each_format(Check check) {
   check.template operator()<qsdp::e3m2>();
   check.template operator()<qsdp::e2m3>();
   check.template operator()<qsdp::e2m1>();
+}
+
+struct nvfp4_match_count {
+  std::size_t tensor_scales = 0, scales = 0, scales_total = 0, codes = 0, codes_total = 0,
+              decoded = 0, decoded_total = 0;
+  bool below_min_tensor_scale = false;
+};
+
+// qsdp's nvfp4 against torchao's to_nvfp4 on one input: the tensor scale (fit_tensor of the
+// largest finite magnitude), the E4M3 scale byte of each finite block and its element codes (fit
+// and encode with that tensor scale), and the codec's decoded values. A block holding NaN or an
+// infinity decodes to NaN in qsdp. Where torchao's tensor scale is below 2^-120 its own arithmetic
+// overflows (1 / scale / block scale is infinite); qsdp keeps 2^-120 there, and such an input only
+// counts whether qsdp decodes it within NVFP4's error.
+nvfp4_match_count compare_nvfp4_with_torchao(
+    const std::map<std::string, std::vector<std::uint8_t>>& ref, const std::string& cls,
+    const std::string& dtype, const std::vector<float>& x) {
+  const std::string key = "nvfp4 " + cls + " " + dtype;
+  REQUIRE_MESSAGE(ref.count(key + " scales"), "no reference for " << key);
+  const float tensor_scale = words_of<float>(ref.at(key + " tensor_scale")).at(0);
+  const auto& scales = ref.at(key + " scales");
+  const auto& codes = ref.at(key + " codes");
+  const auto decoded = words_of<std::uint32_t>(ref.at(key + " decoded"));
+  REQUIRE(codes.size() == x.size());
+  REQUIRE(scales.size() * 16 == x.size());
+  const qsdp::nvfp4<> q{};
+  const auto y = qsdp_test::round_trip(q, x);
+  float abs_max = 0;
+  for (float v : x)
+    if (std::isfinite(v)) abs_max = std::max(abs_max, std::abs(v));
+  nvfp4_match_count n;
+  qsdp::nvfp4<> bound = q;
+  bound.tensor_meta = q.fit_tensor(abs_max);
+  if (tensor_scale < qsdp::detail::nvfp4_min_tensor_scale) {
+    n.below_min_tensor_scale = true;
+    CHECK(bound.tensor_meta == qsdp::detail::nvfp4_min_tensor_scale);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      // The block scale is at least 2^-6 * 2^-120, so a value decodes within half of that times
+      // the largest gap, 2.
+      ++n.decoded_total;
+      const bool close = std::abs(static_cast<double>(y[i]) - x[i]) <= 0x1p-126;
+      n.decoded += close ? 1 : 0;
+      CHECK_MESSAGE(close, key << " value " << i << " (" << x[i] << "): decoded " << y[i]);
+    }
+    return n;
+  }
+  n.tensor_scales = bound.tensor_meta == tensor_scale ? 1 : 0;
+  CHECK_MESSAGE(bound.tensor_meta == tensor_scale,
+                key << ": tensor scale " << bound.tensor_meta << ", torchao " << tensor_scale);
+  for (std::size_t b = 0; b < scales.size(); ++b) {
+    qsdp::bucket_stats stats{};
+    bool finite = true;
+    for (std::size_t i = b * 16; i < (b + 1) * 16; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      stats.abs_max = std::max(stats.abs_max, std::abs(x[i]));
+    }
+    if (!finite) {
+      for (std::size_t i = b * 16; i < (b + 1) * 16; ++i) {
+        ++n.decoded_total;
+        n.decoded += std::isnan(y[i]) ? 1 : 0;
+      }
+      continue;
+    }
+    const std::uint8_t scale = bound.fit(stats);
+    ++n.scales_total;
+    n.scales += scale == scales[b] ? 1 : 0;
+    CHECK_MESSAGE(scale == scales[b], key << " block " << b << ": scale " << int{scale}
+                                          << ", torchao " << int{scales[b]});
+    for (std::size_t i = b * 16; i < (b + 1) * 16; ++i) {
+      const std::uint32_t code = bound.encode(x[i], scale, 0.0f);
+      ++n.codes_total;
+      n.codes += code == codes[i] ? 1 : 0;
+      CHECK_MESSAGE(code == codes[i], key << " value " << i << " (" << x[i] << "): code " << code
+                                          << ", torchao " << int{codes[i]});
+      ++n.decoded_total;
+      const bool same = std::bit_cast<std::uint32_t>(y[i]) == decoded[i];
+      n.decoded += same ? 1 : 0;
+      CHECK_MESSAGE(same, key << " value " << i << " (" << x[i] << "): decoded " << y[i]
+                              << ", torchao " << std::bit_cast<float>(decoded[i]));
+    }
+  }
+  return n;
 }
 
 }  // namespace
@@ -517,6 +601,235 @@ TEST_CASE("MX round to nearest matches torchao's to_mx bit for bit") {
   }
   CHECK(inputs == 14);  // 7 input classes, float and bfloat16
   if (print) MESSAGE(table.str());
+}
+
+static_assert(qsdp::quantizer<qsdp::nvfp4<>>);
+static_assert(qsdp::quantizer<qsdp::nvfp4<qsdp::rounding::stochastic>>);
+static_assert(qsdp::quantizer<qsdp::hadamard<qsdp::nvfp4<qsdp::rounding::stochastic>>>);
+static_assert(qsdp::detail::tensor_scaled<qsdp::nvfp4<>>());
+static_assert(qsdp::detail::tensor_scaled<qsdp::hadamard<qsdp::nvfp4<>>>());
+static_assert(!qsdp::detail::tensor_scaled<qsdp::mxfp4<>>());
+static_assert(qsdp::detail::decoded_significant_bits<qsdp::nvfp4<>>() == 24);
+
+TEST_CASE("NVFP4 round to nearest matches torchao's to_nvfp4 bit for bit") {
+  const auto ref = read_torchao_reference("nvfp4_torchao.txt");
+  const bool print = std::getenv("QSDP_PRINT_MX_TABLE") != nullptr;
+  std::ostringstream table;
+  table << "| input | dtype | tensor scale | block scales | elements | decoded |\n"
+           "|---|---|---|---|---|---|\n";
+  int inputs = 0, below_min = 0;
+  for (const auto& entry : ref) {
+    const std::string& key = entry.first;
+    if (key.rfind("input ", 0) != 0) continue;
+    std::istringstream words(key);
+    std::string word, cls, dtype;
+    words >> word >> cls >> dtype;
+    CAPTURE(key);
+    ++inputs;
+    const nvfp4_match_count n =
+        compare_nvfp4_with_torchao(ref, cls, dtype, words_of<float>(entry.second));
+    below_min += n.below_min_tensor_scale ? 1 : 0;
+    table << "| " << cls << " | " << dtype << " | "
+          << (n.below_min_tensor_scale ? std::string("below 2^-120")
+                                       : std::to_string(n.tensor_scales) + " / 1")
+          << " | " << n.scales << " / " << n.scales_total << " | " << n.codes << " / "
+          << n.codes_total << " | " << n.decoded << " / " << n.decoded_total << " |\n";
+  }
+  CHECK(inputs == 16);    // 8 input classes, float and bfloat16
+  CHECK(below_min == 2);  // the float32 subnormals, both dtypes
+  if (print) MESSAGE(table.str());
+}
+
+TEST_CASE("NVFP4 scales: the tensor scale's bounds, the block scale's two roundings") {
+  using qsdp::detail::nvfp4_block_scale;
+  using qsdp::detail::nvfp4_tensor_scale;
+  // abs_max / 2688; at FLT_MAX the largest decoded value, 6 * (448 * scale), is still finite.
+  CHECK(nvfp4_tensor_scale(2688.0f) == 1.0f);
+  CHECK(nvfp4_tensor_scale(0.0f) == 0x1p-120f);
+  const float top = nvfp4_tensor_scale(std::numeric_limits<float>::max());
+  volatile float largest = 6.0f * (448.0f * top);
+  CHECK(std::isfinite(largest));
+  // The block scale: 448 for the block holding abs_max, clamped to E4M3's smallest normal below.
+  const float s = nvfp4_tensor_scale(100.0f);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, false>(100.0f, s) == 0x7E);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, true>(100.0f, s) == 0x7E);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, false>(0.0f, s) == 0x08);  // 2^-6
+  CHECK(nvfp4_block_scale<qsdp::e4m3, false>(1e-30f, s) == 0x08);
+  // Between E4M3's 1.0 (0x38) and 1.125 (0x39): nearest picks by distance, up always goes up.
+  const float one = 6.0f;  // block abs_max 6 at tensor scale 1: wanted block scale 1
+  CHECK(nvfp4_block_scale<qsdp::e4m3, false>(one, 1.0f) == 0x38);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, true>(one, 1.0f) == 0x38);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, false>(6.0f * 1.05f, 1.0f) == 0x38);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, true>(6.0f * 1.05f, 1.0f) == 0x39);
+  CHECK(nvfp4_block_scale<qsdp::e4m3, false>(6.0f * 1.1f, 1.0f) == 0x39);
+  // Rounding up keeps every value of the block within E2M1's range: no saturation.
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<std::uint32_t> any_bits(0x00800000u, 0x7F7FFFFFu);
+  for (int i = 0; i < 20000; ++i) {
+    const float a = std::bit_cast<float>(any_bits(rng));
+    const float t = nvfp4_tensor_scale(std::max(a, std::bit_cast<float>(any_bits(rng))));
+    const std::uint8_t b = nvfp4_block_scale<qsdp::e4m3, true>(a, t);
+    if (b == 0x08 || b == 0x7E) continue;  // clamped: the bound does not apply
+    CAPTURE(a);
+    CAPTURE(t);
+    CHECK(a * qsdp::detail::nvfp4_encode_factor<qsdp::e4m3>(t, b) <= 6.0f * (1.0f + 0x1p-21f));
+  }
+}
+
+TEST_CASE("NVFP4 packets: the tensor scale after the header, NaN blocks, zeros, extremes") {
+  qsdp::nvfp4<> p{};
+  // 4096 values: 2048 code bytes, 256 scale bytes, the 16-byte tensor record, 32 bytes of flags.
+  const std::size_t fixed = qsdp::compressed_size<float>(qsdp::mxfp4<>{}, 0);
+  CHECK(qsdp::compressed_size<float>(p, 4096) - fixed >= 2048 + 256 + 16);
+  CHECK(qsdp::compressed_size<float>(p, 4096) - fixed <= 2048 + 256 + 16 + 32 + 32);
+
+  std::vector<float> x(64, 1.25f);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  x[20] = std::numeric_limits<float>::infinity();
+  x[40] = -3000.0f;
+  for (std::size_t i = 48; i < 64; ++i) x[i] = 0.0f;
+  x[50] = -0.0f;
+  std::vector<std::byte> packet(qsdp::compressed_size<float>(p, x.size()));
+  qsdp::encode(p, x.data(), x.size(), packet.data());
+  const auto l = qsdp::detail::layout_for<qsdp::nvfp4<>, float>(p, x.size());
+  CHECK(l.meta_offset == sizeof(qsdp::detail::packet_header) + 16);
+  float record = 0;
+  std::memcpy(&record, packet.data() + sizeof(qsdp::detail::packet_header), sizeof record);
+  CHECK(record == 3000.0f / 2688.0f);               // the infinity does not enter it
+  CHECK(packet[l.meta_offset] == std::byte{0x7F});  // E4M3's NaN byte for both flagged blocks
+  CHECK(packet[l.meta_offset + 1] == std::byte{0x7F});
+  CHECK(packet[l.meta_offset + 2] == std::byte{0x7E});  // 448: the block holding abs_max
+  CHECK(packet[l.meta_offset + 3] == std::byte{0x08});  // the zeros: the smallest normal, 2^-6
+  std::vector<float> y(x.size());
+  qsdp::decode(p, packet.data(), x.size(), y.data());
+  for (std::size_t i = 0; i < 32; ++i) CHECK(std::isnan(y[i]));
+  CHECK(y[40] == -3000.0f);
+  for (std::size_t i = 48; i < 64; ++i) CHECK(y[i] == 0.0f);
+  CHECK(std::signbit(y[50]));
+
+  // Another tensor scale in the record changes every decoded value by that factor.
+  const float doubled = record * 2.0f;
+  std::memcpy(packet.data() + sizeof(qsdp::detail::packet_header), &doubled, sizeof doubled);
+  std::vector<float> z(x.size());
+  qsdp::decode(p, packet.data(), x.size(), z.data());
+  CHECK(z[40] == -6000.0f);
+  CHECK(z[33] == 2.0f * y[33]);
+
+  // All zeros, the smallest floats and the largest decode without NaN or overflow.
+  for (float v : {0.0f, 1e-45f, 1e-38f, 3e38f, std::numeric_limits<float>::max()}) {
+    CAPTURE(v);
+    std::vector<float> in(48, v);
+    for (std::size_t i = 0; i < in.size(); i += 3) in[i] = -v / 3.0f;
+    const auto out = qsdp_test::round_trip(p, in);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      CHECK(std::isfinite(out[i]));
+      CHECK(std::abs(static_cast<double>(out[i]) - in[i]) <=
+            std::abs(static_cast<double>(in[i])) * 0.25 + 0x1p-126);
+    }
+  }
+
+  // A packet of another policy is refused by name.
+  std::vector<std::byte> mx(qsdp::compressed_size<float>(qsdp::mxfp4<>{}, x.size()));
+  qsdp::encode(qsdp::mxfp4<>{}, x.data(), x.size(), mx.data());
+  CHECK_THROWS_WITH_AS(qsdp::decode(p, mx.data(), x.size(), y.data()),
+                       doctest::Contains("quantizer 'mxfp4'"), qsdp::error);
+  CHECK_THROWS_WITH_AS(qsdp::decode(qsdp::mxfp4<>{}, packet.data(), x.size(), y.data()),
+                       doctest::Contains("quantizer 'nvfp4'"), qsdp::error);
+}
+
+TEST_CASE("NVFP4 decode_accumulate adds the values decode stores, each packet at its own scale") {
+  // A decoded value is rounded before it is added: a multiply-add fused across the inlined decode
+  // (g++ does that where FMA is enabled, nvcc everywhere) would give other sums.
+  const qsdp::nvfp4<> q{};
+  const std::size_t count = 16 * 40 + 13, packets = 3;
+  const std::size_t bytes = qsdp::compressed_size<float>(q, count);
+  std::vector<std::byte> in(bytes * packets);
+  std::vector<float> sum(count, 0.0f);
+  for (std::size_t p = 0; p < packets; ++p) {
+    auto x = qsdp_test::make_data(qsdp_test::distribution::mixed_scale, count,
+                                  70 + static_cast<std::uint32_t>(p));
+    for (float& v : x) v *= static_cast<float>(p + 1) * 0.37f;  // a tensor scale per packet
+    qsdp::encode(q, x.data(), count, in.data() + p * bytes);
+    std::vector<float> y(count);
+    qsdp::decode(q, in.data() + p * bytes, count, y.data());
+    for (std::size_t i = 0; i < count; ++i) sum[i] += y[i];
+  }
+  std::vector<float> acc(count, 0.0f);
+  qsdp::decode_accumulate(q, in.data(), packets, count, acc.data());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    differing += std::bit_cast<std::uint32_t>(acc[i]) != std::bit_cast<std::uint32_t>(sum[i]);
+  CHECK(differing == 0);
+}
+
+TEST_CASE("NVFP4 stochastic: on the neighbours of each value, unbiased over calls") {
+  qsdp::nvfp4<qsdp::rounding::stochastic> g{.seed = 3};
+  const auto x = qsdp_test::make_data(qsdp_test::distribution::normal, 512, 4);
+  const qsdp::nvfp4<> nearest{};
+  const auto n = qsdp_test::round_trip(nearest, x);
+  std::vector<double> mean(x.size(), 0.0);
+  const int calls = 2000;
+  bool differs = false;
+  std::vector<float> first;
+  for (int c = 0; c < calls; ++c) {
+    std::vector<std::byte> packet(qsdp::compressed_size<float>(g, x.size()));
+    qsdp::encode(g, x.data(), x.size(), packet.data());
+    std::vector<float> y(x.size());
+    qsdp::decode(g, packet.data(), x.size(), y.data());
+    if (c == 0) first = y;
+    differs = differs || y != first;
+    // The two neighbours of x[i]: element grid points of its block around x / scale.
+    float tensor_scale = 0;
+    std::memcpy(&tensor_scale, packet.data() + sizeof(qsdp::detail::packet_header), 4);
+    const auto l = qsdp::detail::layout_for<decltype(g), float>(g, x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const auto block_scale = static_cast<std::uint8_t>(packet[l.meta_offset + i / 16]);
+      const float unit = qsdp::detail::nvfp4_decode_factor<qsdp::e4m3>(tensor_scale, block_scale);
+      const double scaled = std::abs(static_cast<double>(y[i]) / unit);
+      const double want =
+          std::abs(static_cast<double>(x[i]) *
+                   qsdp::detail::nvfp4_encode_factor<qsdp::e4m3>(tensor_scale, block_scale));
+      // Adjacent E2M1 magnitudes are at most 2 apart; the code is one of want's two neighbours.
+      if (std::abs(scaled - want) >= 2.0 || (scaled > want && scaled > 6.0)) {
+        CAPTURE(i);
+        CHECK(std::abs(scaled - want) < 2.0);
+      }
+      mean[i] += y[i];
+    }
+  }
+  CHECK(differs);
+  double err = 0, err_nearest = 0, ref = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    err += std::pow(mean[i] / calls - x[i], 2);
+    err_nearest += std::pow(static_cast<double>(n[i]) - x[i], 2);
+    ref += std::pow(static_cast<double>(x[i]), 2);
+  }
+  // One call's error is about 0.1 of the data's norm (that of nearest, measured here); the mean of
+  // 2000 calls shrinks like 1/sqrt(2000). A bias of 1 % of the values would stand out at 0.01.
+  MESSAGE("rel. L2: nearest " << std::sqrt(err_nearest / ref) << ", mean of " << calls
+                              << " stochastic calls " << std::sqrt(err / ref));
+  CHECK(std::sqrt(err_nearest / ref) < 0.2);
+  CHECK(std::sqrt(err / ref) < 0.006);
+}
+
+TEST_CASE("hadamard<nvfp4> decodes with the error of nvfp4 on rotated values") {
+  qsdp::hadamard<qsdp::nvfp4<qsdp::rounding::stochastic>> g{{.bucket_size = 16, .seed = 1}};
+  const auto x = qsdp_test::make_data(qsdp_test::distribution::gradient_with_outliers, 4100, 2);
+  const auto y = qsdp_test::round_trip(g, x);
+  const auto z = qsdp_test::round_trip(qsdp::nvfp4<qsdp::rounding::stochastic>{.seed = 1}, x);
+  double err_rotated = 0, err_plain = 0, ref = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    err_rotated += std::pow(static_cast<double>(y[i]) - x[i], 2);
+    err_plain += std::pow(static_cast<double>(z[i]) - x[i], 2);
+    ref += std::pow(static_cast<double>(x[i]), 2);
+  }
+  MESSAGE("rel. L2: nvfp4 stochastic " << std::sqrt(err_plain / ref) << ", rotated "
+                                       << std::sqrt(err_rotated / ref));
+  CHECK(std::sqrt(err_rotated / ref) < 0.3);
+  CHECK(std::sqrt(err_plain / ref) < 0.3);
+  // The rotated packet: header, rotation record, tensor record, then the block scales.
+  const auto l = qsdp::detail::layout_for<decltype(g), float>(g, x.size());
+  CHECK(l.meta_offset == sizeof(qsdp::detail::packet_header) + 32);
 }
 
 TEST_SUITE_END();

@@ -3,7 +3,8 @@
 """The device codec's instruction budget, read from its sm_90 machine code (no GPU needed).
 
 Builds the hot kernels of include/qsdp/detail/cuda/codec_kernels.cuh for sm_90 (every built-in
-grid policy at 8, 4 and 2 bits, and mxfp8 and mxfp4 with either rounding, for bf16 and fp32),
+grid policy at 8, 4 and 2 bits, and mxfp8, mxfp4 and nvfp4 with either rounding, for bf16 and
+fp32),
 disassembles them with nvdisasm, finds each kernel's
 steady-state loop and prints, per kernel: registers, stack frame, spill bytes, local-memory
 instructions in the whole kernel, the global load/store widths of one loop iteration, thread
@@ -90,6 +91,9 @@ BITS = (8, 4, 2)
 # reduce-scatter decoders are reported, not budgeted (docs/benchmarks/gpu.md: how far they are).
 # The round-to-nearest encode converts nothing, so rule (4) cannot tell its path from a flagged
 # bucket's, which skips the encoding: that figure is a lower bound (marked `*`).
+# NVFP4 (nvfp4<R>: an E4M3 byte per block and a tensor scale per packet, which each kernel loads
+# once) is reported at blocks of 32 too, the smallest the span kernels take ("nvfp4/32"; its own
+# blocks of 16 run the general kernels), and not budgeted.
 MX_BUCKET = 32
 # The C++ types are spelled as c++filt prints them (rounding 0 is nearest, 1 stochastic), so that
 # the kernels are found by name in the machine code.
@@ -98,6 +102,8 @@ MX_POLICIES = {  # name: (C++ type, bits, randomized encode)
     "mxfp8 stochastic": ("qsdp::mx<qsdp::e4m3, (qsdp::rounding)1>", 8, True),
     "mxfp4": ("qsdp::mx<qsdp::e2m1, (qsdp::rounding)0>", 4, False),
     "mxfp4 stochastic": ("qsdp::mx<qsdp::e2m1, (qsdp::rounding)1>", 4, True),
+    "nvfp4/32": ("qsdp::nvfp4<(qsdp::rounding)0>", 4, False),
+    "nvfp4/32 stochastic": ("qsdp::nvfp4<(qsdp::rounding)1>", 4, True),
 }
 ELEMENTS = {"bf16": ("__nv_bfloat16", 2), "fp32": ("float", 4)}
 RANKS = (2, 4, 8)
@@ -175,7 +181,8 @@ class Kernel:
         return self.ranks * code + size  # reduce-scatter: per output value
 
     def budget(self) -> float | None:
-        if self.policy in MX_POLICIES and self.kind not in ("decode", "decode-accumulate"):
+        if self.policy in MX_POLICIES and (self.kind not in ("decode", "decode-accumulate")
+                                           or self.policy.startswith("nvfp4")):
             return None
         if self.kind == "encode":
             key = "encode_randomized" if self.randomized() else "encode"
@@ -330,7 +337,7 @@ def build(kernels: list[Kernel], work: Path, nvcc: Path, jobs: int) -> list[tupl
     units = []
     for policy in dict.fromkeys(k.policy for k in kernels):
         unit = [k for k in kernels if k.policy == policy]
-        stem = policy.replace(" ", "_")
+        stem = policy.replace(" ", "_").replace("/", "-")
         src = work / f"{stem}.cu"
         cubin = work / f"{stem}.cubin"
         log = work / f"{stem}.ptxas.txt"

@@ -33,9 +33,9 @@
 namespace fsdp_train {
 
 /// Parses "fp32", "stochastic8", "random_shift4", "nearest8" (qsdp::uniform: round to nearest),
-/// "symmetric8", or an OCP Microscaling format, "mxfp8" or "mxfp4" (round to nearest) and
-/// "mxfp8_stochastic" or "mxfp4_stochastic" (blocks of 32, whatever the bucket), and calls
-/// f(policy).
+/// "symmetric8", an OCP Microscaling format, "mxfp8" or "mxfp4" (round to nearest) and
+/// "mxfp8_stochastic" or "mxfp4_stochastic" (blocks of 32, whatever the bucket), or NVFP4, "nvfp4"
+/// and "nvfp4_stochastic" (blocks of 16), and calls f(policy).
 template <class F>
 void with_plain_policy(const std::string& spec, std::size_t bucket, F&& f) {
   using qsdp::rounding;
@@ -44,6 +44,8 @@ void with_plain_policy(const std::string& spec, std::size_t bucket, F&& f) {
   if (spec == "mxfp8_stochastic") return f(qsdp::mxfp8<qsdp::e4m3, rounding::stochastic>{});
   if (spec == "mxfp4") return f(qsdp::mxfp4<>{});
   if (spec == "mxfp4_stochastic") return f(qsdp::mxfp4<rounding::stochastic>{});
+  if (spec == "nvfp4") return f(qsdp::nvfp4<>{});
+  if (spec == "nvfp4_stochastic") return f(qsdp::nvfp4<rounding::stochastic>{});
   std::size_t digits = spec.size();
   while (digits > 0 && std::isdigit(static_cast<unsigned char>(spec[digits - 1]))) --digits;
   const std::string name = spec.substr(0, digits);
@@ -65,14 +67,16 @@ void with_plain_policy(const std::string& spec, std::size_t bucket, F&& f) {
   throw std::invalid_argument(
       "quantizer " + spec +
       ": expected fp32, stochastic<B>, random_shift<B>, nearest<B> or symmetric<B> "
-      "with B in 2, 4, 8 (e.g. stochastic8), mxfp8, mxfp4, mxfp8_stochastic or mxfp4_stochastic; "
-      "gradients also hadamard_stochastic4, hadamard_stochastic8 or hadamard_mxfp4_stochastic");
+      "with B in 2, 4, 8 (e.g. stochastic8), mxfp8, mxfp4, mxfp8_stochastic, mxfp4_stochastic, "
+      "nvfp4 or nvfp4_stochastic; gradients also hadamard_stochastic4, hadamard_stochastic8, "
+      "hadamard_mxfp4_stochastic or hadamard_nvfp4_stochastic");
 }
 
 /// with_plain_policy, and for gradients "hadamard_stochastic4" or "hadamard_stochastic8"
 /// (qsdp::hadamard<> over stochastic<B>: rotated buckets; the bucket size must be a power of two
-/// from 16 to 4096) or "hadamard_mxfp4_stochastic" (MXFP4 with stochastic rounding on rotated
-/// blocks of 32, the MXFP4 training recipes' gradients). Only these are offered rotated: every
+/// from 16 to 4096), "hadamard_mxfp4_stochastic" (MXFP4 with stochastic rounding on rotated
+/// blocks of 32, the MXFP4 training recipes' gradients) or "hadamard_nvfp4_stochastic" (NVFP4
+/// likewise, blocks of 16). Only these are offered rotated: every
 /// other combination would compile the collectives once more for a run nobody makes.
 template <class F>
 void with_gradient_policy(const std::string& spec, std::size_t bucket, F&& f) {
@@ -85,8 +89,11 @@ void with_gradient_policy(const std::string& spec, std::size_t bucket, F&& f) {
   if (inner == "stochastic8") return rotated.template operator()<8>();
   if (inner == "mxfp4_stochastic")
     return f(qsdp::hadamard<qsdp::mxfp4<qsdp::rounding::stochastic>>{});
-  throw std::invalid_argument("quantizer " + spec +
-                              ": hadamard_ takes stochastic4, stochastic8 or mxfp4_stochastic");
+  if (inner == "nvfp4_stochastic")
+    return f(qsdp::hadamard<qsdp::nvfp4<qsdp::rounding::stochastic>>{});
+  throw std::invalid_argument(
+      "quantizer " + spec +
+      ": hadamard_ takes stochastic4, stochastic8, mxfp4_stochastic or nvfp4_stochastic");
 }
 
 /// A weight spec's quantizer: "delta_random_shift4" gathers with random_shift4 through

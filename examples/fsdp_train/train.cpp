@@ -51,10 +51,12 @@ Trains a character-level language model sharded over ranks, FSDP-style, with qsd
 quantizing the gathered weights and the reduce-scattered gradients.
 
   --weights Q       weight all_gather: fp32, stochasticB, random_shiftB, nearestB, symmetricB
-                    (B in 2, 4, 8), mxfp8, mxfp4, mxfp8_stochastic, mxfp4_stochastic; a delta_
-                    prefix (delta_random_shift4) gathers weight differences (default fp32)
+                    (B in 2, 4, 8), mxfp8, mxfp4, mxfp8_stochastic, mxfp4_stochastic, nvfp4,
+                    nvfp4_stochastic; a delta_ prefix (delta_random_shift4) gathers weight
+                    differences (default fp32)
   --grads Q         gradient reduce_scatter: the same names, and hadamard_stochastic4,
-                    hadamard_stochastic8, hadamard_mxfp4_stochastic (default fp32)
+                    hadamard_stochastic8, hadamard_mxfp4_stochastic, hadamard_nvfp4_stochastic
+                    (default fp32)
   --store Q         how the master weights are stored between steps (default fp32)
   --ranks N         in-process ranks (threads) (default 4)
   --steps N         optimizer steps (default 3000)

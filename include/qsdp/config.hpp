@@ -83,6 +83,25 @@ QSDP_HOST_DEVICE constexpr To bit_cast(const From& value) noexcept {
 /// std::numeric_limits<float>::quiet_NaN()): one NaN, whichever path made it.
 QSDP_HOST_DEVICE constexpr float quiet_nan() { return bit_cast<float>(0x7FC00000u); }
 
+/// a * b rounded once, never fused with a later addition into a multiply-add (nvcc fuses by
+/// default, and so does g++ where FMA is enabled, across inlined calls): a decoded value that a
+/// sum then takes must be the value that decode stores, on the host and the device alike. (Where
+/// the product is exact, as MX's element times a power of two above float's subnormals, a plain
+/// multiply does.)
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float unfused_product(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  float product = a * b;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(product));  // an opaque value: nothing after it can fuse with the multiply
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(product));
+#endif
+  return product;
+#endif
+}
+
 /// Base of the owners of a resource (pinned or device memory, events, MPI datatypes), which are
 /// neither copied nor moved: a copy would free the resource twice.
 struct no_copies {

@@ -344,6 +344,82 @@ requires(Element::exponent_bits + Element::mantissa_bits == 5) using mxfp6 = mx<
 template <rounding R = rounding::nearest>
 using mxfp4 = mx<e2m1, R>;
 
+namespace detail {
+/// The wire id of nvfp4 (both roundings).
+inline constexpr std::uint8_t nvfp4_wire_id = 11;
+}  // namespace detail
+
+// What every nvfp4<R> states (the nearest and the stochastic form differ only in their seed).
+#define QSDP_DETAIL_NVFP4_MEMBERS(R)                                                              \
+  static constexpr int bits = 4;                                                                  \
+  static constexpr bool randomized = R == rounding::stochastic;                                   \
+  static constexpr std::uint8_t wire_id = detail::nvfp4_wire_id;                                  \
+  static constexpr const char* name = randomized ? "nvfp4<stochastic>" : "nvfp4";                 \
+                                                                                                  \
+  std::size_t bucket_size = 16; /**< values per block, >= 1 (NVFP4's block is 16) */              \
+                                                                                                  \
+  using meta_type = std::uint8_t; /**< the block's E4M3 scale */                                  \
+  /** A block holding NaN or inf: E4M3's NaN byte (its codes are 0, its values decode to NaN). */ \
+  static constexpr meta_type non_finite_meta = 0x7F;                                              \
+  using tensor_meta_type = float; /**< the packet's fp32 tensor scale */                          \
+  /** The tensor scale the codec fitted to the packet this policy object encodes or decodes; */   \
+  /** the codec sets it on its own copy, so leave it at 1 (single-level scaling). */              \
+  float tensor_meta = 1.0f;                                                                       \
+  /** abs_max / 2688, at least 2^-120 (detail/codec/minifloat.hpp). */                            \
+  QSDP_HOST_DEVICE float fit_tensor(float abs_max) const {                                        \
+    return detail::nvfp4_tensor_scale(abs_max);                                                   \
+  }                                                                                               \
+  /** The block's E4M3 scale: (abs_max / 6) / tensor scale, rounded to nearest or (stochastic) */ \
+  /** up. */                                                                                      \
+  QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const {                                   \
+    return detail::nvfp4_block_scale<e4m3, randomized>(s.abs_max, tensor_meta);                   \
+  }                                                                                               \
+  /** The E2M1 code of x / (tensor scale * block scale). */                                       \
+  QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {             \
+    return detail::minifloat_encode<e2m1, randomized>(                                            \
+        x * detail::nvfp4_encode_factor<e4m3>(tensor_meta, m), 0, u);                             \
+  }                                                                                               \
+  /** element * (tensor scale * block scale), rounded once (never fused into a later sum). */     \
+  QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {                   \
+    return detail::unfused_product(detail::minifloat_decode<e2m1>(code),                          \
+                                   detail::nvfp4_decode_factor<e4m3>(tensor_meta, m));            \
+  }
+
+/// NVIDIA's NVFP4: blocks of `bucket_size` values (16 in the format) share an E4M3 scale, the whole
+/// packet an fp32 tensor scale, and each value is an E2M1 element (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+/// their negatives) times both:
+///
+///     qsdp::nvfp4<> w{};  // 4.5 bits per value on the wire, plus 16 bytes per packet
+///     qsdp::nvfp4<qsdp::rounding::stochastic> g{.seed = 7};
+///
+/// The arithmetic is torchao's NVFP4Tensor.to_nvfp4 with a per-tensor scale, operation for
+/// operation: the tensor scale is the packet's largest finite magnitude / (448 * 6) (at least
+/// 2^-120, where torchao's arithmetic would overflow); a block's scale is (its abs_max / 6) /
+/// tensor scale, clamped to 2^-6..448 and rounded to E4M3; the elements are x * ((1 / tensor
+/// scale) / block scale) rounded to E2M1, saturating at 6; a value decodes as element * (tensor
+/// scale * block scale). Round to nearest (R = rounding::nearest) rounds both to nearest even.
+/// Stochastic rounding rounds the block scale up, so no value saturates (up to the float rounding
+/// of the scale arithmetic, a relative 2^-22), and each value lands on one of its two neighbours
+/// with E[decode(encode(x))] = x. A block holding NaN or infinity decodes to NaN and carries E4M3's
+/// NaN byte; infinities do not enter the tensor scale. Metadata: one byte per block; the tensor
+/// scale sits in a 16-byte record after the header (docs/reference/wire-format.md). On the device
+/// a reduction kernel finds the packet's largest magnitude before the block kernels run.
+/// @tparam R the rounding of the block scales and the elements
+template <rounding R = rounding::nearest>
+struct nvfp4 {
+  QSDP_DETAIL_NVFP4_MEMBERS(R)
+};
+
+/// nvfp4 with stochastic rounding: adds the seed and call counter of its per-value draws.
+template <>
+struct nvfp4<rounding::stochastic> {
+  QSDP_DETAIL_NVFP4_MEMBERS(rounding::stochastic)
+  std::uint64_t seed = 0;  ///< the seed of its random numbers (Philox)
+  call_counter calls{};    ///< the index of its next encode call
+};
+
+#undef QSDP_DETAIL_NVFP4_MEMBERS
+
 // ---------------------------------------------------------------------------------------------------
 // Rotated buckets.
 // ---------------------------------------------------------------------------------------------------

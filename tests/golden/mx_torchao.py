@@ -8,8 +8,8 @@ max-magnitude, ties, inf/NaN, random bits) and input dtype (float32, bfloat16), 
 element codes, and its `to_dtype` the values they decode to in float32. tests/test_microscaling.cpp
 encodes the same inputs with qsdp's mx policies and compares all three bit for bit.
 
-    python3 -m venv /tmp/mx && /tmp/mx/bin/pip install torch torchao numpy
-    /tmp/mx/bin/python tests/golden/mx_torchao.py > tests/golden/mx_torchao.txt
+    python3 -m venv build/torchao-venv && build/torchao-venv/bin/pip install torch torchao numpy
+    build/torchao-venv/bin/python tests/golden/mx_torchao.py > tests/golden/mx_torchao.txt
 
 Lines: `input <class> <dtype> count <n> <hex>`, then `<format> <class> <dtype> scales|codes|decoded
 <hex>` for each format; inputs and decoded values as little-endian float32 bits (bfloat16 inputs

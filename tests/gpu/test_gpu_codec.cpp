@@ -153,6 +153,14 @@ TEST_CASE("device hadamard<Inner> packets equal the host's, and decode to its va
   sweep_rotated(qsdp::hadamard<qsdp::random_shift<2>>{});
 }
 
+TEST_CASE("device MX and NVFP4 packets equal the host's, tensor records included") {
+  sweep_policy(qsdp::mxfp8<qsdp::e4m3>{});
+  sweep_policy(qsdp::mxfp4<qsdp::rounding::stochastic>{.seed = 3});
+  sweep_policy(qsdp::nvfp4<>{});
+  sweep_policy(qsdp::nvfp4<qsdp::rounding::stochastic>{.seed = 3});
+  sweep_rotated(qsdp::hadamard<qsdp::nvfp4<qsdp::rounding::stochastic>>{{.seed = 3}});
+}
+
 TEST_CASE("device identity packets are the raw values") {
   for (const layout_case& c :
        {layout_case{0, 0, 0}, layout_case{33, 1, 3}, layout_case{100000, 0, 0}}) {

@@ -115,6 +115,13 @@ inline unsigned atomic_cas(unsigned* p, unsigned expected, unsigned desired) {
 inline unsigned atomic_exch(unsigned* p, unsigned v) {
   return std::atomic_ref<unsigned>(*p).exchange(v);
 }
+inline unsigned atomic_max(unsigned* p, unsigned v) {
+  std::atomic_ref<unsigned> word(*p);
+  unsigned seen = word.load();
+  while (seen < v && !word.compare_exchange_weak(seen, v)) {
+  }
+  return seen;
+}
 inline void threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 /// __shfl_up_sync / __shfl_down_sync over the whole warp: the value of lane -/+ delta, or the
@@ -242,6 +249,7 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 #define atomicOr ::qsdp_simt::atomic_or
 #define atomicCAS ::qsdp_simt::atomic_cas
 #define atomicExch ::qsdp_simt::atomic_exch
+#define atomicMax ::qsdp_simt::atomic_max
 #define __threadfence_system ::qsdp_simt::threadfence_system
 
 // cub::WarpReduce as the kernels use it: Reduce(value, op), result valid in lane 0.

@@ -436,4 +436,36 @@ TEST_CASE("emulated kernels: the MX policies write the host's packets and decode
       qsdp::hadamard<qsdp::mxfp8<>>{{.bucket_size = 256}}, 3001, 3);
 }
 
+TEST_CASE("emulated kernels: nvfp4 writes the host's packets, tensor record included") {
+  using qsdp::rounding;
+  using nvfp4_stochastic = qsdp::nvfp4<rounding::stochastic>;
+  // Blocks of 16, NVFP4's: the general encode kernels and the group decoder; the tensor record
+  // from the magnitude kernel, at packet offsets that leave it unaligned (3) and aligned (0, 4).
+  for (const std::size_t count : {0u, 15u, 4097u, 14003u}) {
+    if (short_sweeps() && count == 4097) continue;
+    check<qsdp::nvfp4<>, float>(qsdp::nvfp4<>{}, count, 0, 0, count > 100);
+    check<qsdp::nvfp4<>, __nv_bfloat16>(qsdp::nvfp4<>{}, count, 0, 3, false);
+    check<nvfp4_stochastic, float>(nvfp4_stochastic{.seed = 5}, count, 4, 4, count > 100);
+    check<nvfp4_stochastic, __half>(nvfp4_stochastic{.seed = 5}, count, 2, 0, false);
+  }
+  // Larger blocks: the one-pass encode kernel, the span decoders and the shuffled table.
+  sweep(qsdp::nvfp4<>{});
+  for (const std::size_t bucket : {64u, 1024u}) {
+    if (short_sweeps() && bucket == 64) continue;
+    check<nvfp4_stochastic, float>(nvfp4_stochastic{.bucket_size = bucket, .seed = 5}, 14003, 0, 0,
+                                   true);
+    check<nvfp4_stochastic, __nv_bfloat16>(nvfp4_stochastic{.bucket_size = bucket, .seed = 5}, 4097,
+                                           0, 0, false);
+  }
+  // Several packets, each with its own tensor scale: the fused reduce-scatter, decode_accumulate,
+  // and rotated packets (summed before one inverse when their rotations agree).
+  check_reduce<qsdp::nvfp4<>, __nv_bfloat16>(qsdp::nvfp4<>{}, 9000, 4);
+  check_reduce<nvfp4_stochastic, float>(nvfp4_stochastic{}, 5000, 3, 8, true);
+  check_reduce<qsdp::nvfp4<>, float>(qsdp::nvfp4<>{.bucket_size = 1024}, 9000, 4);
+  check_accumulate(qsdp::nvfp4<>{}, 16 * 40 + 13);
+  sweep_rotated(qsdp::hadamard<nvfp4_stochastic>{{.seed = 2}}, false);
+  check_reduce<qsdp::hadamard<qsdp::nvfp4<>>, float>(
+      qsdp::hadamard<qsdp::nvfp4<>>{{.bucket_size = 256}}, 3001, 3);
+}
+
 TEST_SUITE_END();

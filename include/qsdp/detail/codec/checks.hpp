@@ -64,7 +64,7 @@ packet_layout validated_layout(const Q& q, const std::byte* packet, std::size_t 
   const packet_layout l =
       is_identity<Q> ? make_layout(h.bits, 0, 0, count)
                      : make_layout(h.bits, h.meta_size, static_cast<std::size_t>(h.bucket_size),
-                                   count, rotation_bytes(h.quantizer_id));
+                                   count, records_bytes<Q>());
   if (available < l.total)
     throw qsdp::error(std::string(where) + ": packet buffer holds " + std::to_string(available) +
                       " bytes, but a packet of " + std::to_string(count) + " values needs " +

@@ -58,13 +58,13 @@ struct packet_layout {
 /// Largest count a packet may describe: keeps every size computation below far from overflow.
 inline constexpr std::uint64_t max_packet_count = std::uint64_t{1} << 56;
 
-/// `rotation` is the bytes of the rotation record between the header and the metadata
-/// (rotation_bytes: 16 for hadamard<> packets, else 0).
+/// `records` is the bytes of the records between the header and the metadata (records_bytes: the
+/// rotation record of hadamard<> packets, then the tensor record of tensor-scaled policies).
 QSDP_HOST_DEVICE constexpr packet_layout make_layout(std::size_t bits, std::size_t meta_size,
                                                      std::size_t bucket_size, std::size_t count,
-                                                     std::size_t rotation = 0) {
+                                                     std::size_t records = 0) {
   packet_layout l;
-  l.meta_offset = sizeof(packet_header) + rotation;
+  l.meta_offset = sizeof(packet_header) + records;
   if (bucket_size == 0) {  // identity: raw values, no buckets
     l.flags_offset = l.codes_offset = l.meta_offset;
     l.code_bytes = count * (bits / 8);
@@ -91,21 +91,20 @@ inline std::string hex32(std::uint32_t v) {
   return s;
 }
 
+/// The policy family of wire id `id` (docs/reference/wire-format.md lists them), as a constant.
 inline const char* quantizer_id_name(std::uint8_t id) {
-  switch (id) {
-    case hadamard_id_bit | 0: return "hadamard<user-defined>";
-    case hadamard_id_bit | 1: return "hadamard<uniform>";
-    case hadamard_id_bit | 2: return "hadamard<stochastic>";
-    case hadamard_id_bit | 3: return "hadamard<symmetric>";
-    case hadamard_id_bit | 4: return "hadamard<random_shift>";
-    case 0: return "user-defined";
-    case 1: return "uniform";
-    case 2: return "stochastic";
-    case 3: return "symmetric";
-    case 4: return "random_shift";
-    case 5: return "identity";
-    default: return "unknown";
-  }
+  static constexpr const char* plain[] = {
+      "user-defined", "uniform",     "stochastic",  "symmetric",   "random_shift", "identity",
+      "mxfp8<e4m3>",  "mxfp8<e5m2>", "mxfp6<e3m2>", "mxfp6<e2m3>", "mxfp4",        "nvfp4"};
+  static constexpr const char* rotated[] = {
+      "hadamard<user-defined>", "hadamard<uniform>",      "hadamard<stochastic>",
+      "hadamard<symmetric>",    "hadamard<random_shift>", "hadamard<identity>",
+      "hadamard<mxfp8<e4m3>>",  "hadamard<mxfp8<e5m2>>",  "hadamard<mxfp6<e3m2>>",
+      "hadamard<mxfp6<e2m3>>",  "hadamard<mxfp4>",        "hadamard<nvfp4>"};
+  constexpr std::size_t known = sizeof plain / sizeof plain[0];
+  const std::size_t family = id & ~hadamard_id_bit & 0xFFu;
+  if (family >= known || id == (hadamard_id_bit | 5)) return "unknown";
+  return (id & hadamard_id_bit) ? rotated[family] : plain[family];
 }
 
 /// What a decoder expects to find in a header. bits 0 stands for raw values (identity): the
@@ -222,6 +221,59 @@ QSDP_HOST_DEVICE constexpr std::size_t meta_size_of() {
     return sizeof(typename Q::meta_type);
 }
 
+/// The packet-wide record of a tensor-scaled policy (policy_traits.hpp): its tensor_meta's bytes,
+/// zero-padded to 16, after the header and any rotation record.
+inline constexpr std::size_t tensor_record_size = 16;
+
+/// Bytes of the records between the header and the metadata of a packet of Q.
+template <class Q>
+QSDP_HOST_DEVICE constexpr std::size_t records_bytes() {
+  if constexpr (is_identity<Q>)
+    return 0;
+  else
+    return rotation_bytes(wire_id<Q>()) + (tensor_scaled<Q>() ? tensor_record_size : 0);
+}
+
+/// Where the tensor record of a packet of Q starts.
+template <class Q>
+QSDP_HOST_DEVICE constexpr std::size_t tensor_record_offset() {
+  return sizeof(packet_header) + rotation_bytes(wire_id<Q>());
+}
+
+/// Writes the tensor record of a packet of tensor-scaled Q.
+template <class Q>
+QSDP_HOST_DEVICE void write_tensor_record(std::byte* packet,
+                                          const typename Q::tensor_meta_type& m) {
+  std::byte record[tensor_record_size]{};
+  memcpy(record, &m, sizeof m);
+  memcpy(packet + tensor_record_offset<Q>(), record, sizeof record);
+}
+
+/// Sets q's tensor_meta to the tensor record of `packet` (encoded by Q), which q's fit, encode and
+/// decode then read; nothing for a policy without one. In place: the kernels bind their own copy
+/// of the policy (a policy with a call_counter cannot be copied in device code).
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE void bind_to_packet(Q& q, const std::byte* packet) {
+  if constexpr (tensor_scaled<Q>())
+    memcpy(&q.tensor_meta, packet + tensor_record_offset<Q>(), sizeof q.tensor_meta);
+  else
+    (void)q, (void)packet;
+}
+
+/// The policy that decodes `packet` on the host: q itself, or for a tensor-scaled Q a copy bound
+/// to the packet's tensor record.
+template <class Q>
+decltype(auto) packet_policy(const Q& q, const std::byte* packet) {
+  if constexpr (tensor_scaled<Q>()) {
+    Q bound = q;
+    bind_to_packet(bound, packet);
+    return bound;
+  } else {
+    (void)packet;
+    return (q);
+  }
+}
+
 /// The layout of a packet of `count` values of T encoded with q.
 template <class Q, class T>
 QSDP_HOST_DEVICE packet_layout layout_for(const Q& q, std::size_t count) {
@@ -229,7 +281,7 @@ QSDP_HOST_DEVICE packet_layout layout_for(const Q& q, std::size_t count) {
     return make_layout(8 * sizeof(T), 0, 0, count);
   else
     return make_layout(Q::bits, sizeof(typename Q::meta_type), q.bucket_size, count,
-                       rotation_bytes(wire_id<Q>()));
+                       records_bytes<Q>());
 }
 
 /// Writes what a packet header and a call descriptor both say about the encoder: the policy

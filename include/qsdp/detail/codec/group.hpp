@@ -141,8 +141,10 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool bucket_flagged(const std::uint8_t* flags
 }
 
 // ---- Per-thread work items of the CUDA kernels' general paths
-// ------------------------------------- Each is one thread's whole job (no cooperation), so the
-// host tests run them for every index and compare the result with the host codec.
+// ---------------------------------------------------------------------------------------
+// Each is one thread's whole job (no cooperation), so the host tests run them for every index and
+// compare the result with the host codec. A tensor-scaled policy comes bound to its packet
+// (bind_to_packet).
 
 /// Loads value i of src at any byte alignment (the general paths accept pointers at any offset).
 template <class T>

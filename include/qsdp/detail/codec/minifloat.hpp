@@ -198,4 +198,48 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
 #endif
 }
 
+// NVFP4 (NVIDIA's 4-bit format, as torchao's NVFP4Tensor computes it): E2M1 elements, an E4M3 scale
+// per block of 16 and an fp32 scale per tensor. A value is element * (tensor scale * block scale).
+
+/// 448 * 6, the largest E4M3 scale times the largest E2M1 element.
+inline constexpr float nvfp4_range = 2688.0f;
+
+/// The smallest tensor scale: 2^-120 keeps 1 / scale / (smallest block scale) finite and every
+/// tensor scale * block scale a normal float.
+inline constexpr float nvfp4_min_tensor_scale = 0x1p-120f;
+
+/// The tensor scale of a packet whose largest finite magnitude is abs_max: abs_max / 2688
+/// (torchao's per_tensor_amax_to_scale), so the block holding abs_max gets block scale 448, and no
+/// less than nvfp4_min_tensor_scale. At abs_max = FLT_MAX, 6 * (448 * scale) is still finite.
+QSDP_HOST_DEVICE inline float nvfp4_tensor_scale(float abs_max) {
+  return fmaxf(abs_max / nvfp4_range, nvfp4_min_tensor_scale);
+}
+
+/// The E4M3 block scale (its byte) of a block whose largest magnitude is abs_max: (abs_max / 6) /
+/// tensor_scale in float, clamped to E4M3's normal range 2^-6..448 (torchao clamps to E4M3's
+/// smallest normal), rounded to nearest even or, with Up, up, so that no value of the block lands
+/// past 6 and stochastic rounding stays unbiased.
+template <class E4m3, bool Up>
+QSDP_HOST_DEVICE inline std::uint8_t nvfp4_block_scale(float abs_max, float tensor_scale) {
+  const float wanted = fminf(fmaxf(abs_max / 6.0f / tensor_scale, 0x1p-6f), 448.0f);
+  // Rounding up is stochastic rounding with a draw of 0: ceil(wanted / gap).
+  return static_cast<std::uint8_t>(minifloat_encode<E4m3, Up>(wanted, 0, 0.0f));
+}
+
+/// What the elements of a block are multiplied by before rounding: (1 / tensor_scale) /
+/// block_scale, the order torchao multiplies in.
+template <class E4m3>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float nvfp4_encode_factor(float tensor_scale,
+                                                             std::uint8_t block_scale) {
+  return 1.0f / tensor_scale / minifloat_decode<E4m3>(block_scale);
+}
+
+/// What the elements of a block decode with: tensor_scale * block_scale, as torchao's dequantize
+/// (which multiplies each element by it once, unfused: unfused_product).
+template <class E4m3>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float nvfp4_decode_factor(float tensor_scale,
+                                                             std::uint8_t block_scale) {
+  return tensor_scale * minifloat_decode<E4m3>(block_scale);
+}
+
 }  // namespace qsdp::detail

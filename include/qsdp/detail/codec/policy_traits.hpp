@@ -96,15 +96,6 @@ consteval void require_in_order() {
     require_in_order<Q, Later...>();
 }
 
-/// Turns a type that is not a policy into one compiler message naming its first missing member.
-template <class Q>
-consteval void require_policy() {
-  if constexpr (!std::same_as<std::remove_cv_t<Q>, identity>)
-    require_in_order<Q, has_bits_requirement, valid_bits_requirement, has_randomized_requirement,
-                     has_bucket_size_requirement, has_meta_type_requirement, valid_meta_requirement,
-                     has_fit_requirement, has_encode_requirement, has_decode_requirement>();
-}
-
 template <class Q>
 inline constexpr bool is_identity = std::same_as<std::remove_cv_t<Q>, identity>;
 
@@ -169,6 +160,52 @@ consteval int decoded_significant_bits() {
     return Q::decoded_significant_bits;
   else
     return 24;
+}
+
+/// Whether Q carries metadata for a whole packet besides its buckets' (qsdp::nvfp4's tensor
+/// scale): the optional members `tensor_meta_type` (trivially copyable, at most 16 bytes), the data
+/// member `tensor_meta` that fit, encode and decode read, and `tensor_meta_type fit_tensor(float
+/// abs_max) const`, given the largest finite magnitude among the packet's values (0 if none). The
+/// codec fits it before the buckets, writes it after the header and sets it on a copy of the policy
+/// for every bucket of that packet, on both sides.
+template <class Q>
+consteval bool tensor_scaled() {
+  if constexpr (is_identity<Q>)
+    return false;
+  else
+    return requires { typename Q::tensor_meta_type; };
+}
+
+/// The checks on a tensor-scaled policy's members, one message each.
+template <class Q>
+consteval void require_tensor_members() {
+  if constexpr (tensor_scaled<Q>()) {
+    using M = typename Q::tensor_meta_type;
+    static_assert(std::is_trivially_copyable_v<M> && sizeof(M) <= 16,
+                  "type does not satisfy qsdp::quantizer: `tensor_meta_type` must be trivially "
+                  "copyable and at most 16 bytes");
+    static_assert(
+        requires(Q & q, const M& m) { q.tensor_meta = m; },
+        "type does not satisfy qsdp::quantizer: a policy with `tensor_meta_type` needs a data "
+        "member `tensor_meta_type tensor_meta` (the codec sets it for each packet)");
+    static_assert(
+        requires(const Q& q, float abs_max) {
+          { q.fit_tensor(abs_max) } -> std::same_as<M>;
+        },
+        "type does not satisfy qsdp::quantizer: a policy with `tensor_meta_type` needs "
+        "`tensor_meta_type fit_tensor(float abs_max) const`");
+  }
+}
+
+/// Turns a type that is not a policy into one compiler message naming its first missing member.
+template <class Q>
+consteval void require_policy() {
+  if constexpr (!is_identity<Q>) {
+    require_in_order<Q, has_bits_requirement, valid_bits_requirement, has_randomized_requirement,
+                     has_bucket_size_requirement, has_meta_type_requirement, valid_meta_requirement,
+                     has_fit_requirement, has_encode_requirement, has_decode_requirement>();
+    require_tensor_members<Q>();
+  }
 }
 
 template <class Q>

@@ -63,22 +63,67 @@ __device__ inline void set_flag(std::byte* flags, std::uint64_t b) {
 
 /// Header, and zeros in the padding and flag bytes around metadata and codes. (A template, so that
 /// every translation unit including this header may define it: kernels cannot be `inline`.)
+/// `record_bytes` zeros after the header: the tensor record of a tensor-scaled policy (else 0).
 template <int = 0>
-__global__ void write_frame_kernel(std::byte* packet, packet_header h, std::size_t zero1_begin,
+__global__ void write_frame_kernel(std::byte* packet, packet_header h, std::size_t record_begin,
+                                   std::size_t record_bytes, std::size_t zero1_begin,
                                    std::size_t zero1_end, std::size_t zero2_begin,
                                    std::size_t zero2_end) {
+  const std::size_t n0 = sizeof(packet_header) + record_bytes;
   const std::size_t n1 = zero1_end - zero1_begin, n2 = zero2_end - zero2_begin;
-  const std::size_t total = sizeof(packet_header) + n1 + n2;
+  const std::size_t total = n0 + n1 + n2;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
        i += std::size_t{gridDim.x} * blockDim.x) {
     if (i < sizeof(packet_header)) {
       packet[i] = reinterpret_cast<const std::byte*>(&h)[i];
-    } else if (i < sizeof(packet_header) + n1) {
-      packet[zero1_begin + (i - sizeof(packet_header))] = std::byte{0};
+    } else if (i < n0) {
+      packet[record_begin + (i - sizeof(packet_header))] = std::byte{0};
+    } else if (i < n0 + n1) {
+      packet[zero1_begin + (i - n0)] = std::byte{0};
     } else {
-      packet[zero2_begin + (i - sizeof(packet_header) - n1)] = std::byte{0};
+      packet[zero2_begin + (i - n0 - n1)] = std::byte{0};
     }
   }
+}
+
+// ---- The tensor record of a tensor-scaled policy (qsdp::nvfp4)
+// ---------------------------------------------------------------------------------------
+// write_frame_kernel zeroes the record; tensor_abs_max_kernel gathers the largest finite magnitude
+// of the values into a 4-byte aligned word inside the record (atomicMax over magnitude bits, which
+// order as the magnitudes: the packet may start at any byte, the word lies in bytes 4..11 whatever
+// the record's alignment); tensor_record_kernel turns it into the policy's fit_tensor and writes
+// the record. The encode kernels then read the record (bind_to_packet), as the decoders do.
+
+/// The word of a packet's tensor record that gathers the largest magnitude.
+template <class Q>
+QSDP_HOST_DEVICE unsigned* tensor_max_slot(std::byte* packet) {
+  const auto at = reinterpret_cast<std::uintptr_t>(packet + tensor_record_offset<Q>() + 4);
+  return reinterpret_cast<unsigned*>((at + 3) & ~std::uintptr_t{3});
+}
+
+/// The largest finite magnitude of count values, into *slot (zeroed before).
+template <class T>
+__global__ void __launch_bounds__(codec_block)
+    tensor_abs_max_kernel(const T* src, std::size_t count, unsigned* slot) {
+  unsigned top = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const unsigned magnitude = bit_cast<std::uint32_t>(load_value(src, i)) & 0x7FFFFFFFu;
+    top = magnitude < 0x7F800000u && magnitude > top ? magnitude : top;
+  }
+  QSDP_UNROLL
+  for (unsigned offset = 16; offset > 0; offset /= 2) {
+    const unsigned other = __shfl_xor_sync(0xFFFFFFFFu, top, offset);
+    top = other > top ? other : top;
+  }
+  if (threadIdx.x % 32 == 0 && top != 0) atomicMax(slot, top);
+}
+
+/// One thread: the tensor record from the gathered magnitude.
+template <class Q>
+__global__ void tensor_record_kernel(Q q, std::byte* packet) {
+  const float abs_max = bit_cast<float>(*tensor_max_slot<Q>(packet));
+  write_tensor_record<Q>(packet, q.fit_tensor(abs_max));  // its zeros clear the word too
 }
 
 /// Where an encoding kernel's random stream comes from: `key` as given, or, with `call_base` set,
@@ -117,6 +162,7 @@ template <class Q, class T>
 __global__ void __launch_bounds__(codec_block)
     bucket_meta_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
                        rng_source source) {
+  bind_to_packet(q, packet);  // the tensor record is written before
   const rng_key key = source.resolve();
   constexpr unsigned warps = codec_block / 32;
   using warp_reduce = cub::WarpReduce<partial_stats>;
@@ -140,6 +186,7 @@ template <class Q, class T>
 __global__ void __launch_bounds__(codec_block)
     encode_groups_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
                          rng_source source) {
+  bind_to_packet(q, packet);
   const rng_key key = source.resolve();
   const std::uint64_t groups = (count + group_values - 1) / group_values;
   for (std::uint64_t g = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; g < groups;
@@ -317,6 +364,7 @@ __global__ void __launch_bounds__(fast_encode_block)
     encode_spans_kernel(Q q, const T* __restrict__ src, std::size_t count,
                         std::byte* __restrict__ packet, packet_layout l, rng_source source,
                         unsigned log2_bucket) {
+  bind_to_packet(q, packet);  // the tensor record is written before
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   constexpr unsigned groups_per_span = span_values / group_values;
@@ -635,6 +683,7 @@ __global__ void __launch_bounds__(codec_block)
         for (unsigned k = 0; k < group_values; ++k)
           if (k < n) v[k] = identity_value(packet, l, element, first + k);
       } else {
+        bind_to_packet(q, packet);
         decode_one(q, packet, l, count, g, log2_bucket, packets_aligned, v);
       }
       sink.add(a, v, n);
@@ -1065,12 +1114,14 @@ __global__ void __launch_bounds__(codec_block)
   const auto span = [&](auto skewed, std::uint64_t s, bool active) {
     constexpr bool Skewed = decltype(skewed)::value;
     if constexpr (Shuffled && stores_16_bit<Sink>) {
+      bind_to_packet(q, packets);
       decode_span_shuffled_into<Skewed>(q, packets, l, s, log2_bucket, ok, active, sink.dst,
                                         skew);  // 1 packet
     } else {
       float a[span_values];
       span_begin<Skewed>(sink, s * span_values, a);
       const auto fold_packet = [&](unsigned p) {
+        bind_to_packet(q, packets + p * packet_bytes);
         if constexpr (Shuffled) {
           add_span_shuffled<Sink>(q, packets + p * packet_bytes, l, s, log2_bucket, ok, a);
         } else {

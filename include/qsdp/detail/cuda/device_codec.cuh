@@ -76,8 +76,17 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
   const std::size_t code_end = l.codes_offset + l.code_bytes;
   const std::size_t frame_bytes =
       sizeof(packet_header) + (l.codes_offset - meta_end) + (l.total - code_end);
-  launch(write_frame_kernel<>, grid_for(frame_bytes, codec_block), codec_block, stream,
-         "write_frame_kernel", where, packet, h, meta_end, l.codes_offset, code_end, l.total);
+  constexpr std::size_t record_bytes = tensor_scaled<Q>() ? tensor_record_size : 0;
+  launch(write_frame_kernel<>, grid_for(frame_bytes + record_bytes, codec_block), codec_block,
+         stream, "write_frame_kernel", where, packet, h, tensor_record_offset<Q>(), record_bytes,
+         meta_end, l.codes_offset, code_end, l.total);
+  if constexpr (tensor_scaled<Q>()) {
+    // The packet-wide metadata before any bucket's: every encode kernel reads it.
+    if (count > 0)
+      launch(tensor_abs_max_kernel<T>, grid_for((count + 7) / 8, codec_block), codec_block, stream,
+             "tensor_abs_max_kernel", where, src, count, tensor_max_slot<Q>(packet));
+    launch(tensor_record_kernel<Q>, 1, 1, stream, "tensor_record_kernel", where, q, packet);
+  }
   if constexpr (rotated<Q>()) {
     // Launched for count 0 too: its first thread writes the rotation record, whose call index
     // may come from the device counter.

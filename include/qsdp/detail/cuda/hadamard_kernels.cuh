@@ -180,6 +180,7 @@ template <class Q, class T>
 __global__ void __launch_bounds__(rotation_block)
     rotated_encode_kernel(Q q, const T* src, std::size_t count, std::byte* packet, packet_layout l,
                           rng_source source, unsigned log2_bucket, bool packet_aligned) {
+  bind_to_packet(q, packet);  // the tensor record is written before
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   const rng_key key = source.resolve();
@@ -329,6 +330,7 @@ __global__ void __launch_bounds__(rotation_block)
           for (unsigned k = 0; k < group_values; ++k) v[k] = 0.0f;
 #endif
           if (ok) {
+            bind_to_packet(q, packet);
             decode_one(q, packet, l, count, first / group_values + g, static_cast<int>(log2_bucket),
                        packets_aligned, v);
           } else {

@@ -42,6 +42,12 @@ void encode_packet(const Q& q, const T* src, std::size_t count, std::byte* packe
   if constexpr (is_identity<Q>) {
     if (count) std::memcpy(packet + l.codes_offset, src, count * sizeof(T));
     std::memset(packet + l.codes_offset + l.code_bytes, 0, l.total - l.codes_offset - l.code_bytes);
+  } else if constexpr (tensor_scaled<Q>()) {
+    // The packet-wide metadata first, from all of its values; every bucket then reads it.
+    Q bound = q;
+    bound.tensor_meta = q.fit_tensor(finite_abs_max(src, count));
+    write_tensor_record<Q>(packet, bound.tensor_meta);
+    run_encode(bound, src, count, packet, l, key);
   } else {
     run_encode(q, src, count, packet, l, key);
   }

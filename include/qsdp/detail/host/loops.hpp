@@ -60,6 +60,19 @@ QSDP_FORCE_INLINE partial_stats scan_bucket(const T* src, std::size_t n) {
   return p;
 }
 
+/// The largest finite magnitude among n values, 0 if there is none: what a tensor-scaled policy's
+/// fit_tensor is given (NaN and infinities are flagged per bucket instead).
+template <class T>
+float finite_abs_max(const T* src, std::size_t n) {
+  std::uint32_t top = 0;  // magnitudes of finite floats order as their bit patterns
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t magnitude =
+        bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, i))) & 0x7FFFFFFFu;
+    top = magnitude < 0x7F800000u && magnitude > top ? magnitude : top;
+  }
+  return bit_cast<float>(top);
+}
+
 /// Fills words[0, 4 * blocks) with Philox blocks first_block ... first_block + blocks - 1.
 QSDP_FORCE_INLINE void philox_fill(const rng_key& key, draw_domain domain,
                                    std::uint64_t first_block, std::size_t blocks,
@@ -447,9 +460,10 @@ struct bucket_sink {
 /// Decodes the codes of values [begin, end) of a validated quantized packet into `sink` with the
 /// packet's policy (the inner one, for a rotated packet: the values stay rotated).
 template <bool Avx2, class Q, class Sink>
-QSDP_FORCE_INLINE void decode_codes(const Q& q, const std::byte* packet, const packet_layout& l,
-                                    std::size_t count, std::size_t begin, std::size_t end,
-                                    const Sink& sink) {
+QSDP_FORCE_INLINE void decode_codes(const Q& packet_q, const std::byte* packet,
+                                    const packet_layout& l, std::size_t count, std::size_t begin,
+                                    std::size_t end, const Sink& sink) {
+  const auto& q = packet_policy(packet_q, packet);
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   const std::size_t bucket_size = q.bucket_size;
