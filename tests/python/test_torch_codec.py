@@ -75,15 +75,25 @@ def hex_of(t):
     return bytes(t.contiguous().view(torch.uint8).tolist()).hex()
 
 
+# The golden file's block-scaled float entries (MX, NVFP4): policies qsdp.torch does not offer.
+BLOCK_SCALED = re.compile(r"(hadamard<)?(mxfp\d|nvfp4)\b.*")
+
+
 def test_golden_packets_decode_byte_for_byte():
     entries = golden_entries()
     assert len(entries) > 100  # every policy, width and type of the C++ golden file
+    decoded = 0
     for (name, dtype, count, bucket), data in entries.items():
+        if BLOCK_SCALED.fullmatch(name):
+            continue
+        decoded += 1
         q = policy_from(name, bucket)
         packet = torch.tensor(list(bytes.fromhex(data["packet"])), dtype=torch.uint8)
         out = torch.empty(count, dtype=DTYPES[dtype])
         qt.decode(q, packet, out)
         assert hex_of(out) == data["decoded"], (name, dtype, count, bucket)
+    # 31 integer policies and identity in 2 cases, 5 rotated ones in 1, for each dtype here.
+    assert decoded == (32 * 2 + 5) * len(DTYPES)
 
 
 def test_deterministic_policies_encode_the_golden_packets():
