@@ -207,6 +207,20 @@ TEST_CASE("a packet buffer that is too small is refused, naming both sizes") {
       doctest::Contains("less than the 32-byte header"), qsdp::error);
 }
 
+TEST_CASE("header messages name every wire id's policy family, and unknown ids as unknown") {
+  using qsdp::detail::hadamard_id_bit;
+  using qsdp::detail::quantizer_id_name;
+  CHECK(std::string(quantizer_id_name(1)) == "uniform");
+  CHECK(std::string(quantizer_id_name(5)) == "identity");
+  CHECK(std::string(quantizer_id_name(6)) == "mxfp8<e4m3>");
+  CHECK(std::string(quantizer_id_name(11)) == "nvfp4");
+  CHECK(std::string(quantizer_id_name(12)) == "unknown");
+  CHECK(std::string(quantizer_id_name(hadamard_id_bit | 2)) == "hadamard<stochastic>");
+  CHECK(std::string(quantizer_id_name(hadamard_id_bit | 5)) == "unknown");  // never rotated
+  CHECK(std::string(quantizer_id_name(hadamard_id_bit | 10)) == "hadamard<mxfp4>");
+  CHECK(std::string(quantizer_id_name(hadamard_id_bit | 12)) == "unknown");
+}
+
 TEST_CASE("a header that does not match the decoder is refused, naming both values") {
   const auto x = make_data(distribution::normal, 1000, 6);
   qsdp::uniform<8> q{.bucket_size = 100};

@@ -98,13 +98,15 @@ inline const char* quantizer_id_name(std::uint8_t id) {
       "mxfp8<e4m3>",  "mxfp8<e5m2>", "mxfp6<e3m2>", "mxfp6<e2m3>", "mxfp4",        "nvfp4"};
   static constexpr const char* rotated[] = {
       "hadamard<user-defined>", "hadamard<uniform>",      "hadamard<stochastic>",
-      "hadamard<symmetric>",    "hadamard<random_shift>", "hadamard<identity>",
+      "hadamard<symmetric>",    "hadamard<random_shift>", nullptr,  // identity is never rotated
       "hadamard<mxfp8<e4m3>>",  "hadamard<mxfp8<e5m2>>",  "hadamard<mxfp6<e3m2>>",
       "hadamard<mxfp6<e2m3>>",  "hadamard<mxfp4>",        "hadamard<nvfp4>"};
   constexpr std::size_t known = sizeof plain / sizeof plain[0];
   const std::size_t family = id & ~hadamard_id_bit & 0xFFu;
-  if (family >= known || id == (hadamard_id_bit | 5)) return "unknown";
-  return (id & hadamard_id_bit) ? rotated[family] : plain[family];
+  const char* name = family >= known          ? nullptr
+                     : (id & hadamard_id_bit) ? rotated[family]
+                                              : plain[family];
+  return name ? name : "unknown";
 }
 
 /// What a decoder expects to find in a header. bits 0 stands for raw values (identity): the
