@@ -662,6 +662,96 @@ double relative_l2(const float* got, const std::vector<double>& want) {
 
 }  // namespace
 
+// The value the block-scaled layout holds for value i (element times the block's E8M0 scale).
+template <class Q>
+float layout_value(const Q& q, const std::vector<std::byte>& elements,
+                   const std::vector<std::uint8_t>& scales, std::size_t i) {
+  using F = typename Q::element_format;
+  const unsigned byte = std::to_integer<unsigned>(elements[Q::bits == 4 ? i / 2 : i]);
+  const unsigned code = Q::bits == 4 ? (byte >> (4 * (i % 2))) & 0xFu : byte;
+  return qsdp::detail::minifloat_decode<F>(code) *
+         qsdp::detail::e8m0_value(scales[i / q.bucket_size]);
+}
+
+// Rank 0 takes the decoded all_gather, the others the encoded one, in the same calls: every rank's
+// layout holds the values rank 0 decoded, bit for bit, and a nearest-rounding layout is what
+// unpacking each rank's own packet gives.
+template <class Q>
+void check_all_gather_encoded(const Q& q, int world, std::size_t count) {
+  const auto w = static_cast<std::size_t>(world);
+  std::vector<float> decoded(count * w);
+  std::vector<std::vector<std::byte>> elements(w);
+  std::vector<std::vector<std::uint8_t>> scales(w);
+  qsdp::run_local(world, [&](qsdp::local_communicator& comm) {
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const auto mine = rank_data(comm.rank(), count, 4);
+    for (int call = 0; call < 2; ++call) {  // the second call draws other numbers, alike
+      if (me == 0) {
+        qsdp::all_gather(comm, q, mine.data(), decoded.data(), count, compress_all);
+        continue;
+      }
+      elements[me].assign(qsdp::block_scaled_element_bytes(q, count * w), std::byte{0});
+      scales[me].assign(count * w / q.bucket_size, 0);
+      qsdp::all_gather_encoded(comm, q, mine.data(), {elements[me].data(), scales[me].data()},
+                               count);
+    }
+  });
+  INFO(describe_policy(q) << " world " << world << " count " << count);
+  for (std::size_t r = 1; r < w; ++r) {
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < count * w; ++i)
+      same += std::bit_cast<std::uint32_t>(layout_value(q, elements[r], scales[r], i)) ==
+                      std::bit_cast<std::uint32_t>(decoded[i])
+                  ? 1
+                  : 0;
+    CHECK(same == count * w);
+  }
+  if constexpr (!Q::randomized) {
+    for (std::size_t r = 0; r < w; ++r) {
+      const auto theirs = rank_data(static_cast<int>(r), count, 4);
+      std::vector<std::byte> packet(qsdp::compressed_size<float>(q, count));
+      qsdp::encode(q, theirs.data(), count, packet.data());
+      std::vector<std::byte> own(qsdp::block_scaled_element_bytes(q, count));
+      std::vector<std::uint8_t> own_scales(count / q.bucket_size);
+      qsdp::unpack_block_scaled(q, packet.data(), count, {own.data(), own_scales.data()});
+      const std::size_t at = qsdp::block_scaled_element_bytes(q, r * count);
+      CHECK(std::equal(own.begin(), own.end(), elements[1].begin() + static_cast<long>(at)));
+      CHECK(std::equal(own_scales.begin(), own_scales.end(),
+                       scales[1].begin() + static_cast<long>(r * count / q.bucket_size)));
+    }
+  }
+}
+
+TEST_CASE("all_gather_encoded: the world's MX elements and scales, mixable with all_gather") {
+  check_all_gather_encoded(qsdp::mxfp8<qsdp::e4m3>{}, 3, 32 * 70);
+  check_all_gather_encoded(qsdp::mxfp6<qsdp::e3m2, qsdp::rounding::stochastic>{.seed = 2}, 4,
+                           32 * 33);
+  check_all_gather_encoded(qsdp::mxfp4<qsdp::rounding::stochastic>{.seed = 3}, 3, 32 * 50);
+  // 2 MiB of values per rank: two pieces, each its own packet, joined in the layout.
+  check_all_gather_encoded(qsdp::mxfp4<>{}, 3, std::size_t{1} << 19);
+
+  qsdp::run_local(2, [&](qsdp::local_communicator& comm) {
+    const auto mine = rank_data(comm.rank(), 100, 5);
+    std::vector<std::byte> elements(200);
+    std::vector<std::uint8_t> scales(8);
+    CHECK_THROWS_WITH_AS(qsdp::all_gather_encoded(comm, qsdp::mxfp8<>{}, mine.data(),
+                                                  {elements.data(), scales.data()}, 100),
+                         doctest::Contains("count is 100; the block-scaled layout needs whole "
+                                           "blocks, a multiple of bucket_size 32"),
+                         qsdp::error);
+    CHECK_THROWS_WITH_AS(
+        qsdp::all_gather_encoded(comm, qsdp::mxfp8<>{}, mine.data(),
+                                 {elements.data(), scales.data()}, 64,
+                                 {.min_compressed_bytes = 1024}),
+        doctest::Contains("min_compressed_bytes is 1024, which would send these 256 bytes of "
+                          "values uncompressed"),
+        qsdp::error);
+    CHECK_THROWS_WITH_AS(
+        qsdp::all_gather_encoded(comm, qsdp::mxfp8<>{}, mine.data(), {nullptr, scales.data()}, 64),
+        doctest::Contains("recv.elements is null with count 64"), qsdp::error);
+  });
+}
+
 TEST_CASE("nvfp4 through all_gather, reduce_scatter and delta_gather: a tensor scale per packet") {
   const int world = 4;
   const std::size_t count = 1000;

@@ -535,6 +535,112 @@ TEST_CASE("MX packets: one E8M0 byte per block of 32, NaN and infinity blocks de
   CHECK(packet[l.meta_offset + 2] == std::byte{0x00});
 }
 
+// The block-scaled layout of one MX packet: the element read back from the layout (its own
+// decoding, independent of the codec's) times the block's scale is the value decode gives.
+template <class F, qsdp::rounding R>
+void check_block_scaled_layout(std::size_t count) {
+  qsdp::mx<F, R> q{};
+  if constexpr (R == qsdp::rounding::stochastic) q.seed = 11;
+  auto x = qsdp_test::make_data(qsdp_test::distribution::normal, count, 21);
+  x[40] = std::numeric_limits<float>::quiet_NaN();  // block 1 decodes to NaN: scale byte 0xFF
+  std::vector<std::byte> packet(qsdp::compressed_size<float>(q, count));
+  qsdp::encode(q, x.data(), count, packet.data(), qsdp::rng_position{.call = 2});
+  std::vector<float> y(count);
+  qsdp::decode(q, packet.data(), count, y.data());
+  const std::size_t element_bytes = qsdp::block_scaled_element_bytes(q, count);
+  CHECK(element_bytes == (F::mantissa_bits + F::exponent_bits == 5 ? count : count * q.bits / 8));
+  std::vector<std::byte> elements(element_bytes + 1, std::byte{0xAB});
+  std::vector<std::uint8_t> scales(count / 32 + 1, 0xAB);
+  qsdp::unpack_block_scaled(q, packet.data(), count, {elements.data(), scales.data()});
+  CHECK(elements.back() == std::byte{0xAB});  // nothing written past the layout
+  CHECK(scales.back() == 0xAB);
+  CHECK(scales[1] == 0xFF);
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const unsigned byte = std::to_integer<unsigned>(elements[q.bits == 4 ? i / 2 : i]);
+    const unsigned code = q.bits == 4 ? (byte >> (4 * (i % 2))) & 0xFu : byte;
+    const float value =
+        qsdp::detail::minifloat_decode<F>(code) * qsdp::detail::e8m0_value(scales[i / 32]);
+    same += std::bit_cast<std::uint32_t>(value) == std::bit_cast<std::uint32_t>(y[i]) ||
+                    (std::isnan(value) && std::isnan(y[i]))
+                ? 1
+                : 0;
+  }
+  CHECK(same == count);
+}
+
+TEST_CASE("MX packets unpack to the block-scaled layout: elements and scales a GEMM reads") {
+  for_each_format([]<class F>() {
+    CAPTURE(F::name);
+    check_block_scaled_layout<F, qsdp::rounding::nearest>(32 * 40);
+    check_block_scaled_layout<F, qsdp::rounding::stochastic>(32 * 7);
+  });
+  const qsdp::mxfp4<> q{};
+  const auto x = qsdp_test::make_data(qsdp_test::distribution::normal, 100, 1);
+  std::vector<std::byte> packet(qsdp::compressed_size<float>(q, 100));
+  qsdp::encode(q, x.data(), 100, packet.data());
+  std::vector<std::byte> elements(64);
+  std::vector<std::uint8_t> scales(4);
+  CHECK_THROWS_WITH_AS(
+      qsdp::unpack_block_scaled(q, packet.data(), 100, {elements.data(), scales.data()}),
+      doctest::Contains("count is 100; the block-scaled layout needs whole "
+                        "blocks, a multiple of bucket_size 32"),
+      qsdp::error);
+  CHECK_THROWS_WITH_AS(
+      qsdp::unpack_block_scaled(q, packet.data(), 96, {elements.data(), scales.data()}),
+      doctest::Contains("packet holds 100 values, decoder was asked for 96"), qsdp::error);
+  std::vector<std::byte> odd(qsdp::compressed_size<float>(qsdp::mxfp4<>{.bucket_size = 3}, 99));
+  qsdp::encode(qsdp::mxfp4<>{.bucket_size = 3}, x.data(), 99, odd.data());
+  CHECK_THROWS_WITH_AS(qsdp::unpack_block_scaled(qsdp::mxfp4<>{.bucket_size = 3}, odd.data(), 99,
+                                                 {elements.data(), scales.data()}),
+                       doctest::Contains("bucket_size is 3; mxfp4's layout packs two elements "
+                                         "per byte: expected it even"),
+                       qsdp::error);
+  std::vector<std::byte> whole(qsdp::compressed_size<float>(q, 96));
+  qsdp::encode(q, x.data(), 96, whole.data());
+  CHECK_THROWS_WITH_AS(qsdp::unpack_block_scaled(q, whole.data(), 96, {nullptr, scales.data()}),
+                       doctest::Contains("out.elements is null with count 96"), qsdp::error);
+}
+
+TEST_CASE("block scales in cuBLAS's tiled layout: 128 x 4 tiles, rows interleaved by 32") {
+  using qsdp::detail::tiled_scale_offset;
+  // Inside a tile: row r, column c at (r % 32) * 16 + (r / 32) * 4 + c.
+  CHECK(tiled_scale_offset(0, 0, 4) == 0);
+  CHECK(tiled_scale_offset(0, 3, 4) == 3);
+  CHECK(tiled_scale_offset(1, 0, 4) == 16);
+  CHECK(tiled_scale_offset(31, 2, 4) == 31 * 16 + 2);
+  CHECK(tiled_scale_offset(32, 0, 4) == 4);
+  CHECK(tiled_scale_offset(127, 3, 4) == 31 * 16 + 3 * 4 + 3);
+  // Tiles in row-major order: the next 4 columns, then the next 128 rows.
+  CHECK(tiled_scale_offset(0, 4, 8) == 512);
+  CHECK(tiled_scale_offset(128, 0, 8) == 2 * 512);
+  CHECK(tiled_scale_offset(128, 0, 6) == 2 * 512);  // 6 columns pad to two tiles
+
+  // 200 x 6 scales: padded to 256 x 8, every scale once, the padding zero.
+  const std::size_t rows = 200, cols = 6;
+  CHECK(qsdp::tiled_block_scales_size(rows, cols) == 256 * 8);
+  std::vector<std::uint8_t> scales(rows * cols);
+  for (std::size_t i = 0; i < scales.size(); ++i)
+    scales[i] = static_cast<std::uint8_t>(1 + i % 251);
+  std::vector<std::uint8_t> tiled(qsdp::tiled_block_scales_size(rows, cols), 0xEE);
+  qsdp::tile_block_scales(scales.data(), rows, cols, tiled.data());
+  std::vector<int> hits(tiled.size(), 0);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) {
+      const std::size_t at = tiled_scale_offset(r, c, cols);
+      ++hits[at];
+      CHECK(tiled[at] == scales[r * cols + c]);
+    }
+  std::size_t padding = 0;
+  for (std::size_t i = 0; i < tiled.size(); ++i) {
+    CHECK(hits[i] <= 1);
+    if (hits[i] == 0) padding += tiled[i] == 0 ? 1 : 0;
+  }
+  CHECK(padding == tiled.size() - rows * cols);
+  CHECK_THROWS_WITH_AS(qsdp::tile_block_scales(nullptr, 2, 2, tiled.data()),
+                       doctest::Contains("scales is null with 2 x 2 scales"), qsdp::error);
+}
+
 TEST_CASE("MX stochastic through the codec: unbiased over calls, fresh draws per call") {
   qsdp::mxfp4<qsdp::rounding::stochastic> g{.bucket_size = 32, .seed = 3};
   const auto x = qsdp_test::make_data(qsdp_test::distribution::normal, 256, 9);

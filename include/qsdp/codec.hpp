@@ -120,6 +120,59 @@ template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_count,
                        std::size_t count, float* acc);
 
+/// Where the block-scaled layout of an MX policy's values goes: the elements and E8M0 scales as a
+/// GEMM on MX operands reads them (torchao's MXTensor qdata and scale; docs/reference/
+/// block-scaled-layout.md), so that gathered weights reach such a GEMM without a decode.
+struct block_scaled_buffers {
+  /// block_scaled_element_bytes(q, count) bytes: 8-bit elements one byte each, 6-bit ones one
+  /// byte each (in the low bits), 4-bit ones two per byte (the first in the low nibble)
+  std::byte* elements = nullptr;
+  /// count / q.bucket_size bytes: each block's E8M0 scale, 2^(byte - 127); 0xFF (NaN) for a block
+  /// that held NaN or inf (its elements are 0)
+  std::uint8_t* scales = nullptr;
+};
+
+/// Bytes of block_scaled_buffers::elements for `count` values of MX policy q.
+/// @param q the policy (qsdp::mx<Element, R>: mxfp8, mxfp6, mxfp4)
+/// @param count values
+/// @return the bytes
+template <class Q>
+std::size_t block_scaled_element_bytes(const Q& q, std::size_t count);
+
+/// Writes the elements and scales of a packet of an MX policy to `out` in the block-scaled layout
+/// (the packet's scale and 8- or 4-bit element bytes as they are; 6-bit elements unpacked), without
+/// decoding a value. The header is checked as decode checks it, for any element type.
+/// @param q the policy the packet was encoded with (qsdp::mx<Element, R>; not rotated)
+/// @param packet the packet
+/// @param count values in the packet: whole blocks (a multiple of q.bucket_size, which mxfp4 needs
+///        even), so that the layouts of consecutive packets join
+/// @param out the elements and the scales
+/// @throws qsdp::error when packet or out's pointers are null with count > 0, count is not a
+///         multiple of q.bucket_size (or mxfp4's bucket_size is odd), or as decode for the header
+template <class Q>
+void unpack_block_scaled(const Q& q, const std::byte* packet, std::size_t count,
+                         block_scaled_buffers out);
+
+/// Bytes of a rows x cols matrix of block scales in cuBLAS's tiled layout (tile_block_scales):
+/// the matrix padded to multiples of 128 rows and 4 columns.
+/// @param rows rows of the matrix (a weight's rows)
+/// @param cols scales per row (a weight's columns / the block size)
+/// @return the bytes
+inline std::size_t tiled_block_scales_size(std::size_t rows, std::size_t cols);
+
+/// Rearranges a row-major rows x cols matrix of block scales (block_scaled_buffers::scales of a
+/// rows x (cols * block) weight) into the tiled layout cuBLAS's block-scaled GEMM reads for its
+/// scale operands (CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0, and VEC16_UE4M3 for 16-value
+/// blocks): tiles of 128 x 4 scales, 512 bytes each, the padding zero
+/// (docs/reference/block-scaled-layout.md). torchao's MXTensor calls these swizzled scales.
+/// @param scales rows * cols bytes
+/// @param rows rows of the matrix
+/// @param cols scales per row
+/// @param tiled tiled_block_scales_size(rows, cols) bytes, not overlapping scales
+/// @throws qsdp::error when a pointer is null with rows * cols > 0
+inline void tile_block_scales(const std::uint8_t* scales, std::size_t rows, std::size_t cols,
+                              std::uint8_t* tiled);
+
 /// A value of an element type as float: exact for float, __half and __nv_bfloat16; a double is
 /// rounded to nearest. The conversion the codec itself applies before quantizing.
 /// @tparam T the element type

@@ -72,6 +72,24 @@ template <communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 call_options options = {});
 
+/// all_gather that hands its result over still encoded, in the block-scaled layout a GEMM on MX
+/// operands reads (qsdp::block_scaled_buffers; torchao's MXTensor): rank r's elements at
+/// recv.elements + block_scaled_element_bytes(q, r * count), its scales at recv.scales +
+/// r * count / q.bucket_size. No value is decoded. Its exchanges and agreement are all_gather's,
+/// call for call, so a rank may take the decoded form where another takes this one; it always
+/// encodes (a size gate that would send the call uncompressed throws), and is not grouped.
+/// @param comm this rank's communicator (host memory)
+/// @param q the MX policy (mxfp8, mxfp6, mxfp4; not rotated), the same on every rank
+/// @param send this rank's count values
+/// @param recv the world's elements and scales, comm.size() times count values' worth
+/// @param count values per rank, whole blocks (a multiple of q.bucket_size), the same on every rank
+/// @param options the pipeline (pieces); min_compressed_bytes must not gate the call
+/// @throws qsdp::error as all_gather, and when count is not a multiple of q.bucket_size, or
+///         options would send the call uncompressed
+template <communicator Comm, class Q, class T>
+void all_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled_buffers recv,
+                        std::size_t count, call_options options = {});
+
 /// Compressed reduce-scatter (like ncclReduceScatter): `send` holds count * comm.size() values;
 /// rank r receives in `recv` the sum (or average) over ranks of chunk r, `count` values. Each value
 /// is quantized once and summed in fp32. In place as NCCL's: `recv` may be

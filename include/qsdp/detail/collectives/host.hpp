@@ -84,6 +84,23 @@ class host_steps {
                    stride, where_, [this] { progress(); });
   }
 
+  /// The ranks' descriptors checked, then rank r's packet, its header checked, copied to the
+  /// block-scaled layout at recv + r * stride (the encoded all-gather).
+  void decode_each(const std::byte* blocks, std::size_t block_bytes, std::size_t count,
+                   block_scaled_cursor<Q> recv, std::size_t stride) {
+    add_seconds_on_exit timed(comm_.workspace().timings.decode_seconds);
+    check_descriptors(blocks, world(), where_, block_bytes);
+    const packet_layout l = layout_for<Q, T>(q_, count);
+    constexpr int element = static_cast<int>(element_traits<T>::tag);
+    for (int r = 0; r < world(); ++r) {
+      const std::byte* packet = blocks + static_cast<std::size_t>(r) * block_bytes + lead();
+      check_received(q_, packet, count, element, block_bytes - lead(), r, where_);
+      const block_scaled_cursor<Q> to = recv + static_cast<std::size_t>(r) * stride;
+      copy_block_scaled(packet, l, Q::bits, count, to.elements, to.scales);
+      progress();
+    }
+  }
+
   /// The ranks' descriptors checked, then the world packets reduced to recv (reduce_packets) in
   /// the scratch's accumulator.
   void reduce(const std::byte* blocks, std::size_t block_bytes, std::size_t count, T* recv) {
@@ -190,6 +207,37 @@ void run_host_collective(Comm& comm, const Q& q, collective_kind kind, reduce_op
   comm.workspace().counters.count(plan.uncompressed, count * sizeof(T));
 }
 
+/// The encoded all-gather: all_gather's plan, agreement and exchanges (its descriptor and packets
+/// are all_gather's, so ranks may mix the two forms), each rank's packets copied to the
+/// block-scaled layout instead of decoded.
+template <class Comm, class Q, class T>
+void run_host_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled_buffers recv,
+                             std::size_t count, call_options options, const char* where) {
+  enter_host_call(comm, where);
+  check_collective_arguments<Comm, Q, T>(comm, q, where);
+  check_buffers(send, "send", recv.elements, "recv.elements", count, where);
+  check_buffers(send, "send", recv.scales, "recv.scales", count, where);
+  check_count(count, where);
+  check_max_pieces(options.max_pieces, where);
+  check_block_scaled_count(q, count, where);
+  if (gated_uncompressed(count, sizeof(T), options.min_compressed_bytes))
+    throw qsdp::error(std::string(where) + ": min_compressed_bytes is " +
+                      std::to_string(options.min_compressed_bytes) + ", which would send these " +
+                      std::to_string(count * sizeof(T)) +
+                      " bytes of values uncompressed; the encoded form needs them encoded "
+                      "(expected at most the values' bytes, or 0)");
+  add_seconds_on_exit timed(comm.workspace().timings.calls_seconds);
+  const collective_call plan =
+      plan_collective<Q, T>(comm, q, collective_kind::all_gather, reduce_op::sum, count, options);
+  std::byte* const scratch = comm.workspace().get(plan.scratch.total);
+  agree_once(comm, plan.descriptor, scratch + plan.scratch.descriptors, where);
+  host_steps<Comm, Q, T> steps(comm, q, plan, reduce_op::sum, scratch, where);
+  gather_packets(steps, q, send, block_scaled_cursor<Q>{recv.elements, recv.scales, q.bucket_size},
+                 count, plan.calls[0], scratch + plan.scratch.packets);
+  steps.finish();
+  comm.workspace().counters.count(false, count * sizeof(T));
+}
+
 /// Every host collective started with a work: checked in the caller's thread (bad arguments throw
 /// there, not at wait()), then run by run_host_collective on the communicator's progress thread.
 template <class Comm, class Q, class T>
@@ -222,6 +270,15 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
   }
   detail::run_host_collective(comm, q, detail::collective_kind::all_gather, reduce_op::sum, send,
                               recv, count, options, "qsdp::all_gather");
+}
+
+template <communicator Comm, class Q, class T>
+void all_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled_buffers recv,
+                        std::size_t count, call_options options) {
+  static_assert(detail::block_scaled_layout_policy<Q>,
+                "qsdp::all_gather_encoded: Q must be an MX policy (mxfp8, mxfp6, mxfp4; not "
+                "rotated, not nvfp4, whose tensor scale is per packet)");
+  detail::run_host_gather_encoded(comm, q, send, recv, count, options, "qsdp::all_gather_encoded");
 }
 
 template <communicator Comm, class Q, class T>

@@ -85,9 +85,11 @@ class pending_exchanges {
 };
 
 /// all_gather of `count` values per rank, the phase whose pieces draw call indices call + p, in
-/// `packets` (a slot of world + 1 blocks per piece: mine, then the world's).
-template <class Steps, class Q, class T>
-void gather_packets(Steps& steps, const Q& q, const T* send, T* recv, std::size_t count,
+/// `packets` (a slot of world + 1 blocks per piece: mine, then the world's). recv is where value 0
+/// goes, and recv + v where value v does: T* for decoded values, or another output of the steps'
+/// decode_each (the block-scaled layout).
+template <class Steps, class Q, class T, class Out>
+void gather_packets(Steps& steps, const Q& q, const T* send, Out recv, std::size_t count,
                     std::uint64_t call, std::byte* packets) {
   const piece_plan& pieces = steps.plan().pieces;
   const std::size_t slot = steps.plan().scratch.piece_bytes;

@@ -15,6 +15,7 @@
 
 #include "../../policy.hpp"
 #include "../../rng_position.hpp"
+#include "../codec/block_layout.hpp"
 #include "../codec/checks.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/format.hpp"
@@ -209,6 +210,48 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
   const detail::packet_layout first = detail::validated_layout(
       q, packets, count, -1, detail::unknown_size, "qsdp::decode_accumulate");
   detail::accumulate_packets(q, packets, packet_count, first.total, count, acc);
+}
+
+template <class Q>
+std::size_t block_scaled_element_bytes(const Q& q, std::size_t count) {
+  static_assert(detail::block_scaled_layout_policy<Q>,
+                "qsdp::block_scaled_element_bytes: Q must be an MX policy (mxfp8, mxfp6, mxfp4)");
+  (void)q;
+  return detail::layout_element_bytes(Q::bits, count);
+}
+
+template <class Q>
+void unpack_block_scaled(const Q& q, const std::byte* packet, std::size_t count,
+                         block_scaled_buffers out) {
+  static_assert(detail::block_scaled_layout_policy<Q>,
+                "qsdp::unpack_block_scaled: Q must be an MX policy (mxfp8, mxfp6, mxfp4; not "
+                "rotated, not nvfp4, whose tensor scale is per packet)");
+  constexpr const char* where = "qsdp::unpack_block_scaled";
+  const detail::packet_layout l =
+      detail::validated_layout(q, packet, count, -1, detail::unknown_size, where);
+  detail::check_block_scaled_count(q, count, where);
+  if (count > 0 && (out.elements == nullptr || out.scales == nullptr))
+    throw qsdp::error(std::string(where) + ": out." +
+                      (out.elements == nullptr ? "elements" : "scales") + " is null with count " +
+                      std::to_string(count));
+  detail::copy_block_scaled(packet, l, Q::bits, count, out.elements, out.scales);
+}
+
+inline std::size_t tiled_block_scales_size(std::size_t rows, std::size_t cols) {
+  return (rows + 127) / 128 * 128 * ((cols + 3) / 4 * 4);
+}
+
+inline void tile_block_scales(const std::uint8_t* scales, std::size_t rows, std::size_t cols,
+                              std::uint8_t* tiled) {
+  if (rows == 0 || cols == 0) return;
+  if (scales == nullptr || tiled == nullptr)
+    throw qsdp::error(std::string("qsdp::tile_block_scales: ") +
+                      (scales == nullptr ? "scales" : "tiled") + " is null with " +
+                      std::to_string(rows) + " x " + std::to_string(cols) + " scales");
+  std::memset(tiled, 0, tiled_block_scales_size(rows, cols));
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c)
+      tiled[detail::tiled_scale_offset(r, c, cols)] = scales[r * cols + c];
 }
 
 template <class T>
