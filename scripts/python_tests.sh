@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# qsdp.torch's tests (tests/python): a virtual environment with torch and pytest from PyPI,
+# qsdp.torch's tests (tests/python): a virtual environment with torch, torchao and pytest from PyPI,
 # `pip install .` of this checkout into it (the nanobind extension, built by scikit-build-core),
 # then pytest, which starts its own 3- and 4-process gloo groups on this machine.
 #
@@ -39,7 +39,10 @@ if [[ "${what}" != test ]]; then
   fi
   mkdir -p "$(dirname "${venv}")"
   [[ -x "${venv}/bin/python" ]] || python3 -m venv "${venv}"
-  stage "python deps" "${venv}/bin/pip" install --quiet --disable-pip-version-check torch pytest
+  # torchao (and the numpy its MX code imports) for the live comparison with its MX and NVFP4
+  # reference conversions (tests/python/test_torch_torchao.py); pinned, as the golden files are.
+  stage "python deps" "${venv}/bin/pip" install --quiet --disable-pip-version-check torch \
+    torchao==0.18.0 numpy pytest
 fi
 
 if [[ "${what}" != deps ]]; then

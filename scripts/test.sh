@@ -44,7 +44,7 @@ python_tests=0
 [[ "${preset}" == ci || "${QSDP_TEST_PYTHON:-0}" == 1 ]] && python_tests=1
 python_deps_pid=
 if ((python_tests)); then
-  # torch and pytest download while the C++ build below keeps the cores busy.
+  # torch, torchao and pytest download while the C++ build below keeps the cores busy.
   mkdir -p build
   bash scripts/python_tests.sh deps >build/python-deps.log 2>&1 &
   python_deps_pid=$!
@@ -69,7 +69,7 @@ if ((python_tests)); then
   echo "==> python deps: waiting for the background install (build/python-deps.log)"
   if ! wait "${python_deps_pid}"; then
     cat build/python-deps.log
-    echo "error: installing torch and pytest failed (log above)" >&2
+    echo "error: installing torch, torchao and pytest failed (log above)" >&2
     exit 1
   fi
   cat build/python-deps.log

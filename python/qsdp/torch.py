@@ -4,6 +4,7 @@
     import qsdp.torch as qt
     w = qt.random_shift(bits=8, bucket_size=1024, seed=1)
     g = qt.stochastic(bits=8, bucket_size=1024, seed=2)
+    m = qt.mxfp8(element="e4m3", rounding="nearest")   # also qt.mxfp6, qt.mxfp4, qt.nvfp4
     n = qt.compressed_size(g, count, dtype=torch.bfloat16)
     packet = qt.encode(g, x)                  # 1-D uint8 tensor on x's device, n bytes
     qt.decode(g, packet, out)                 # fills out (x's shape, dtype, device)
@@ -53,7 +54,8 @@ from . import _fsdp
 from ._ext import Error
 
 __all__ = [
-    "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "identity",
+    "Error", "Policy", "stochastic", "uniform", "symmetric", "random_shift", "mxfp8", "mxfp6",
+    "mxfp4", "nvfp4", "identity", "all_gather_encoded",
     "hadamard", "compressed_size", "encode", "decode", "all_gather_into_tensor",
     "reduce_scatter_tensor", "all_reduce", "all_gather_into_tensor_coalesced",
     "reduce_scatter_tensor_coalesced", "call_counters", "call_timings", "DeltaGather", "fsdp",
@@ -97,33 +99,66 @@ def _release_native_objects() -> None:
         owner._release()
 
 
+# The block-scaled float families: their element formats (the first is the default) and their
+# element width in bits.
+_BLOCK_SCALED = {
+    "mxfp8": (("e4m3", "e5m2"), 8),
+    "mxfp6": (("e2m3", "e3m2"), 6),
+    "mxfp4": (("e2m1",), 4),
+    "nvfp4": (("e2m1",), 4),
+}
+_ROUNDINGS = ("nearest", "stochastic")
+
+
 class Policy:
-    """A qsdp quantizer policy (made by qt.stochastic, qt.uniform, ...; not constructed directly)."""
+    """A qsdp quantizer policy (made by qt.stochastic, qt.mxfp8, ...; not constructed directly).
+
+    family, bits (per value, the block scales aside; None for identity), bucket_size (values per
+    bucket or block; None for identity), seed, rotated (under qt.hadamard), and for the
+    block-scaled float families element ("e4m3", ...) and rounding ("nearest" or "stochastic")."""
 
     def __init__(self, family: str, bits: int | None, bucket_size: int | None, seed: int,
-                 rotated: bool):
+                 rotated: bool, element: str | None = None, rounding: str | None = None):
         self.family = family
         self.bits = bits
         self.bucket_size = bucket_size
         self.seed = seed
         self.rotated = rotated
-        self._impl = _ext.make_policy(family, bits or 0, bucket_size or 0, seed, rotated)
+        self.element = element
+        self.rounding = rounding
+        self._impl = _ext.make_policy(self._native_family, bits or 0, bucket_size or 0, seed,
+                                      rotated)
         self._device_impl = None  # made by the first call on CUDA tensors
         _native_owners.add(self)
+
+    @property
+    def _native_family(self) -> str:
+        """The family as the extensions' make_policy takes it: the C++ name for the block-scaled
+        ones."""
+        return self._plain_name if self.family in _BLOCK_SCALED else self.family
+
+    @property
+    def _plain_name(self) -> str:
+        if self.family in _BLOCK_SCALED:
+            args = [self.element] if len(_BLOCK_SCALED[self.family][0]) > 1 else []
+            args += ["stochastic"] if self.rounding == "stochastic" else []
+            return f"{self.family}<{', '.join(args)}>" if args else self.family
+        return self.family if self.bits is None else f"{self.family}<{self.bits}>"
 
     def _release(self) -> None:
         self._impl = self._device_impl = _RELEASED
 
     def _device(self, cuda):
         if self._device_impl is None:
-            self._device_impl = cuda.make_policy(self.family, self.bits or 0,
+            self._device_impl = cuda.make_policy(self._native_family, self.bits or 0,
                                                  self.bucket_size or 0, self.seed, self.rotated)
         return self._device_impl
 
     @property
     def name(self) -> str:
-        """The C++ type's name: "stochastic<8>", "hadamard<stochastic<4>>", "identity"."""
-        plain = self.family if self.bits is None else f"{self.family}<{self.bits}>"
+        """The C++ type's name: "stochastic<8>", "hadamard<stochastic<4>>", "identity",
+        "mxfp8<e4m3>", "nvfp4<stochastic>"."""
+        plain = self._plain_name
         return f"hadamard<{plain}>" if self.rotated else plain
 
     @property
@@ -134,8 +169,13 @@ class Policy:
     def __repr__(self) -> str:
         if self.family == "identity":
             return "qt.identity()"
-        args = f"bits={self.bits}, bucket_size={self.bucket_size}"
-        if self.family in ("stochastic", "random_shift") or self.rotated:
+        if self.family in _BLOCK_SCALED:
+            args = f"element={self.element!r}, " if len(_BLOCK_SCALED[self.family][0]) > 1 else ""
+            args += f"rounding={self.rounding!r}, bucket_size={self.bucket_size}"
+        else:
+            args = f"bits={self.bits}, bucket_size={self.bucket_size}"
+        if self.family in ("stochastic", "random_shift") or self.rounding == "stochastic" or \
+                self.rotated:
             args += f", seed={self.seed}"
         plain = f"qt.{self.family}({args})"
         return f"qt.hadamard({plain})" if self.rotated else plain
@@ -178,6 +218,47 @@ def random_shift(bits: int, bucket_size: int = 1024, seed: int = 0) -> Policy:
     return _plain("random_shift", bits, bucket_size, seed, min_bits=2)
 
 
+def _block_scaled(family: str, element, rounding, bucket_size, seed) -> Policy:
+    where = f"qsdp.torch.{family}"
+    elements, bits = _BLOCK_SCALED[family]
+    if element not in elements:
+        raise ValueError(f"{where}: element is {element!r}; expected "
+                         + " or ".join(repr(e) for e in elements))
+    if rounding not in _ROUNDINGS:
+        raise ValueError(f"{where}: rounding is {rounding!r}; expected 'nearest' or 'stochastic'")
+    bucket_size = _integer("bucket_size", bucket_size, 1, 2**56, where)
+    seed = _integer("seed", seed, 0, 2**64 - 1, where)
+    return Policy(family, bits, bucket_size, seed, False, element, rounding)
+
+
+def mxfp8(element: str = "e4m3", rounding: str = "nearest", bucket_size: int = 32,
+          seed: int = 0) -> Policy:
+    """OCP MXFP8 (qsdp::mxfp8<e4m3|e5m2, R>): FP8 elements with a power-of-two E8M0 scale per
+    block of bucket_size values (the spec's 32), 8.28 bits per value on the wire. rounding
+    "nearest" is the spec's conversion (torchao's to_mx, bit for bit); "stochastic" is unbiased
+    and takes the scale that no value saturates under."""
+    return _block_scaled("mxfp8", element, rounding, bucket_size, seed)
+
+
+def mxfp6(element: str = "e2m3", rounding: str = "nearest", bucket_size: int = 32,
+          seed: int = 0) -> Policy:
+    """OCP MXFP6 (qsdp::mxfp6<e2m3|e3m2, R>): FP6 elements with an E8M0 scale per block, as
+    qt.mxfp8."""
+    return _block_scaled("mxfp6", element, rounding, bucket_size, seed)
+
+
+def mxfp4(rounding: str = "nearest", bucket_size: int = 32, seed: int = 0) -> Policy:
+    """OCP MXFP4 (qsdp::mxfp4<R>): E2M1 elements with an E8M0 scale per block, as qt.mxfp8."""
+    return _block_scaled("mxfp4", "e2m1", rounding, bucket_size, seed)
+
+
+def nvfp4(rounding: str = "nearest", bucket_size: int = 16, seed: int = 0) -> Policy:
+    """NVFP4 (qsdp::nvfp4<R>): E2M1 elements, an E4M3 scale per block of bucket_size values
+    (NVFP4's 16) and an fp32 scale per packet (torchao's NVFP4Tensor with a per-tensor scale, bit
+    for bit). Stochastic rounding rounds the block scales up and the elements without bias."""
+    return _block_scaled("nvfp4", "e2m1", rounding, bucket_size, seed)
+
+
 def identity() -> Policy:
     """No quantization: values travel unchanged through the same code path (baselines)."""
     return Policy("identity", None, None, 0, False)
@@ -196,7 +277,8 @@ def hadamard(inner: Policy, seed: int | None = None) -> Policy:
     if inner.family == "identity":
         raise ValueError(f"{where}: inner is qt.identity(); expected a quantizing policy")
     seed = inner.seed if seed is None else _integer("seed", seed, 0, 2**64 - 1, where)
-    return Policy(inner.family, inner.bits, inner.bucket_size, seed, True)
+    return Policy(inner.family, inner.bits, inner.bucket_size, seed, True, inner.element,
+                  inner.rounding)
 
 
 # ---- tensors ----------------------------------------------------------------------------------
@@ -616,6 +698,76 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, policy: Po
     return _issue(input, async_op, (output, input, impl, comm), [output],
                   lambda tail: impl.all_gather(comm, code, input.data_ptr(), output.data_ptr(),
                                                input.numel(), *stream, gate, *tail))
+
+
+def _torchao_element_dtype(element: str):
+    """torchao's element dtype of an MX element format (torchao imported by the caller)."""
+    from torchao.prototype.mx_formats import constants
+    return {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
+            "e3m2": constants.DTYPE_FP6_E3M2, "e2m3": constants.DTYPE_FP6_E2M3,
+            "e2m1": torch.float4_e2m1fn_x2}[element]
+
+
+def all_gather_encoded(input: torch.Tensor, policy: Policy, group=None, *,
+                       as_mx_tensor: bool = True, tiled_scales: bool = False):
+    """all_gather_into_tensor that hands the result over still encoded, for a GEMM that takes MX
+    operands: a torchao MXTensor of shape (world * input.shape[0], *input.shape[1:]) (a 1-D input:
+    (world * input.numel(),)) whose qdata and scale are the gathered packets' elements and E8M0
+    scales, no value decoded (C++ qsdp::all_gather_encoded). policy is an MX policy (qt.mxfp8,
+    qt.mxfp6, qt.mxfp4; not rotated), its bucket_size the MXTensor's block_size, which must divide
+    input's last dimension (blocks run along it, as torchao's). With round-to-nearest the result is
+    torchao's MXTensor.to_mx of the gathered values, bit for bit (a block that held NaN has scale
+    0xFF in both, and elements 0 here). as_mx_tensor=False returns the
+    layout as two uint8 tensors, (elements, scales), without needing torchao. tiled_scales=True
+    hands the scales over in the tiled layout cuBLAS's block-scaled GEMM reads (C++
+    qsdp::tile_block_scales; torchao's is_swizzled_scales), for a 2-D input. CPU tensors. The
+    exchanges are all_gather_into_tensor's: ranks may mix the two calls."""
+    where = "qsdp.torch.all_gather_encoded"
+    q = _policy(policy, where)
+    if q.family not in ("mxfp8", "mxfp6", "mxfp4") or q.rotated:
+        raise ValueError(f"{where}: policy is {q!r}; expected an MX policy (qt.mxfp8, qt.mxfp6, "
+                         "qt.mxfp4), not rotated: only their elements and scales are what an MX "
+                         "GEMM reads")
+    code = _values(input, "input", where)
+    if input.is_cuda:
+        raise Error(f"{where}: input is on {input.device}; the encoded all-gather takes CPU "
+                    "tensors (qsdp._ext_cuda has no encoded form)")
+    if input.dim() == 0 or input.shape[-1] % q.bucket_size:
+        raise ValueError(f"{where}: input has shape {tuple(input.shape)}; expected its last "
+                         f"dimension a multiple of the policy's bucket_size {q.bucket_size} (the "
+                         "blocks run along it)")
+    if tiled_scales and input.dim() != 2:
+        raise ValueError(f"{where}: input has shape {tuple(input.shape)}; tiled_scales=True "
+                         "takes a 2-D input (a weight's rows and columns)")
+    if as_mx_tensor:
+        try:
+            from torchao.prototype.mx_formats.mx_tensor import MXTensor
+            from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+        except ImportError as e:
+            raise Error(f"{where}: returns torchao MXTensors, and torchao's MX formats do not "
+                        f"import here ({e}); pip install torchao, or pass as_mx_tensor=False "
+                        "for the elements and scales as uint8 tensors") from e
+    comm = _communicator(group, where, input)
+    world, count = comm.size, input.numel()
+    elements = torch.empty(q._impl.block_scaled_element_bytes(world * count), dtype=torch.uint8)
+    scales = torch.empty(world * count // q.bucket_size, dtype=torch.uint8)
+    q._impl.all_gather_encoded(comm, code, input.data_ptr(), elements.data_ptr(),
+                               scales.data_ptr(), count)
+    shape = (world * input.shape[0], *input.shape[1:]) if input.dim() > 1 else (world * count,)
+    scales = scales.view(*shape[:-1], -1)
+    if tiled_scales:
+        rows, cols = scales.shape
+        tiled = torch.empty(_ext.tiled_block_scales_size(rows, cols), dtype=torch.uint8)
+        _ext.tile_block_scales(scales.data_ptr(), rows, cols, tiled.data_ptr())
+        scales = tiled.view(-(-rows // 128) * 32, -(-cols // 4) * 16)  # 512-byte tiles as rows
+    if not as_mx_tensor:
+        return elements, scales
+    qdata = elements.view(*shape[:-1], -1)
+    elem_dtype = _torchao_element_dtype(q.element)
+    if q.bits == 8:
+        qdata = qdata.view(elem_dtype)
+    return MXTensor(qdata, scales.view(torch.float8_e8m0fnu), elem_dtype, q.bucket_size,
+                    input.dtype, KernelPreference.EMULATED, None, tiled_scales)
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,

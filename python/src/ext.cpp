@@ -103,8 +103,9 @@ std::unique_ptr<policy> make_identity() {
 
 std::unique_ptr<policy> make_policy(const std::string& family, int bits, std::size_t bucket_size,
                                     std::uint64_t seed, bool rotated) {
-  static constexpr family_factories<policy> factories{make_stochastic, make_uniform, make_symmetric,
-                                                      make_random_shift, make_identity};
+  static constexpr family_factories<policy> factories{
+      make_stochastic, make_uniform, make_symmetric, make_random_shift,
+      make_identity,   make_mx,      make_fp4};
   return make_named(factories, family, bits, bucket_size, seed, rotated);
 }
 
@@ -247,6 +248,15 @@ NB_MODULE(_ext, m) {
             return run_or_start(comm, call, async_op, "qsdp.torch.all_reduce");
           },
           nb::call_guard<nb::gil_scoped_release>())
+      .def("block_scaled_element_bytes", &policy::block_scaled_element_bytes)
+      .def(
+          "all_gather_encoded",
+          [](policy& p, group_communicator& comm, int e, std::uintptr_t send,
+             std::uintptr_t elements, std::uintptr_t scales, std::size_t count) {
+            p.all_gather_encoded(comm, static_cast<element>(e), address(send), bytes(elements),
+                                 reinterpret_cast<std::uint8_t*>(scales), count);
+          },
+          nb::call_guard<nb::gil_scoped_release>())
       .def(
           "delta_all_gather",
           [](policy& p, delta_holder& gather, group_communicator& comm, std::uintptr_t send,
@@ -274,4 +284,10 @@ NB_MODULE(_ext, m) {
 
   m.def("make_policy", &qsdp::python::make_policy, nb::arg("family"), nb::arg("bits"),
         nb::arg("bucket_size"), nb::arg("seed"), nb::arg("rotated"));
+  m.def("tiled_block_scales_size", &qsdp::tiled_block_scales_size);
+  m.def("tile_block_scales",
+        [](std::uintptr_t scales, std::size_t rows, std::size_t cols, std::uintptr_t tiled) {
+          qsdp::tile_block_scales(reinterpret_cast<const std::uint8_t*>(scales), rows, cols,
+                                  reinterpret_cast<std::uint8_t*>(tiled));
+        });
 }

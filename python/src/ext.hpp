@@ -107,6 +107,14 @@ class policy {
                               std::size_t count, reduce_op op, call_options options) = 0;
   virtual void all_reduce(group_communicator& comm, element e, void* data, std::size_t count,
                           reduce_op op, call_options options) = 0;
+  /// Bytes of the block-scaled layout's elements for `count` values:
+  /// qsdp::block_scaled_element_bytes for an MX policy, 0 for the others (which have no such
+  /// layout).
+  virtual std::size_t block_scaled_element_bytes(std::size_t count) const = 0;
+  /// qsdp::all_gather_encoded into `elements` and `scales`; the policies without the block-scaled
+  /// layout throw qsdp::error.
+  virtual void all_gather_encoded(group_communicator& comm, element e, const void* send,
+                                  std::byte* elements, std::uint8_t* scales, std::size_t count) = 0;
   /// gather.all_gather(comm, this policy, send, recv): the weight-difference all-gather.
   virtual void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
                                 void* recv) = 0;
@@ -126,5 +134,11 @@ std::unique_ptr<policy> make_symmetric(int bits, std::size_t bucket_size, std::u
 std::unique_ptr<policy> make_random_shift(int bits, std::size_t bucket_size, std::uint64_t seed,
                                           bool rotated);
 std::unique_ptr<policy> make_identity();
+// The block-scaled float policies by C++ name (policies_mx.cpp, policies_fp4.cpp); null for
+// another name.
+std::unique_ptr<policy> make_mx(const std::string& name, std::size_t bucket_size,
+                                std::uint64_t seed, bool rotated);
+std::unique_ptr<policy> make_fp4(const std::string& name, std::size_t bucket_size,
+                                 std::uint64_t seed, bool rotated);
 
 }  // namespace qsdp::python

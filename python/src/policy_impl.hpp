@@ -67,6 +67,25 @@ class policy_impl final : public policy {
       qsdp::all_reduce(comm, q_, static_cast<T*>(data), count, op, options);
     });
   }
+  std::size_t block_scaled_element_bytes(std::size_t count) const override {
+    if constexpr (detail::block_scaled_layout_policy<Q>)
+      return qsdp::block_scaled_element_bytes(q_, count);
+    else
+      return 0;
+  }
+  void all_gather_encoded(group_communicator& comm, element e, const void* send,
+                          std::byte* elements, std::uint8_t* scales, std::size_t count) override {
+    if constexpr (detail::block_scaled_layout_policy<Q>) {
+      with_element(e, [&]<class T>() {
+        qsdp::all_gather_encoded(comm, q_, static_cast<const T*>(send), {elements, scales}, count);
+      });
+    } else {
+      (void)comm, (void)e, (void)send, (void)elements, (void)scales, (void)count;
+      throw qsdp::error("qsdp.torch.all_gather_encoded: policy " + name() +
+                        " has no block-scaled layout; expected an MX policy (qt.mxfp8, "
+                        "qt.mxfp6, qt.mxfp4; not rotated)");
+    }
+  }
   void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
                         void* recv) override {
     with_element(gather.type(), [&]<class T>() {

@@ -51,6 +51,15 @@ def policy_from(name, bucket):
     plain = name[len("hadamard<"):-1] if rotated else name
     if plain == "identity":
         return qt.identity()
+    block_scaled = BLOCK_SCALED.fullmatch(plain)
+    if block_scaled:
+        family, element, rounding = block_scaled.groups()
+        args = {"rounding": "stochastic" if rounding else "nearest", "bucket_size": bucket,
+                "seed": 7}
+        if element:
+            args["element"] = element
+        q = getattr(qt, family)(**args)
+        return qt.hadamard(q, seed=7) if rotated else q
     family, bits = re.fullmatch(r"(\w+)<(\d)>", plain).groups()
     make = getattr(qt, family)
     args = {"bits": int(bits), "bucket_size": bucket}
@@ -75,8 +84,8 @@ def hex_of(t):
     return bytes(t.contiguous().view(torch.uint8).tolist()).hex()
 
 
-# The golden file's block-scaled float entries (MX, NVFP4): policies qsdp.torch does not offer.
-BLOCK_SCALED = re.compile(r"(hadamard<)?(mxfp\d|nvfp4)\b.*")
+# A block-scaled float policy's C++ name: family, element format, stochastic rounding.
+BLOCK_SCALED = re.compile(r"(mxfp\d|nvfp4)(?:<(e\dm\d)?(?:, )?(stochastic)?>)?")
 
 
 def test_golden_packets_decode_byte_for_byte():
@@ -84,29 +93,28 @@ def test_golden_packets_decode_byte_for_byte():
     assert len(entries) > 100  # every policy, width and type of the C++ golden file
     decoded = 0
     for (name, dtype, count, bucket), data in entries.items():
-        if BLOCK_SCALED.fullmatch(name):
-            continue
         decoded += 1
         q = policy_from(name, bucket)
         packet = torch.tensor(list(bytes.fromhex(data["packet"])), dtype=torch.uint8)
         out = torch.empty(count, dtype=DTYPES[dtype])
         qt.decode(q, packet, out)
         assert hex_of(out) == data["decoded"], (name, dtype, count, bucket)
-    # 31 integer policies and identity in 2 cases, 5 rotated ones in 1, for each dtype here.
-    assert decoded == (32 * 2 + 5) * len(DTYPES)
+    # 31 integer policies and identity in 2 cases, 5 rotated ones in 1; 4 block-scaled float
+    # policies in 2, 1 rotated in 1; for each dtype here.
+    assert decoded == (32 * 2 + 5 + 4 * 2 + 1) * len(DTYPES)
 
 
 def test_deterministic_policies_encode_the_golden_packets():
     checked = 0
     for (name, dtype, count, bucket), data in golden_entries().items():
-        if not re.fullmatch(r"(uniform|symmetric)<\d>|identity", name):
+        if not re.fullmatch(r"(uniform|symmetric)<\d>|identity|mxfp8<e4m3>|nvfp4", name):
             continue
         x = golden_inputs(count, bucket).to(DTYPES[dtype])
         if dtype != "float":  # the C++ test's NaN (torch's conversion may set other payload bits)
             x.view(torch.int16)[torch.isnan(x)] = 0x7FC0 if dtype == "bf16" else 0x7E00
         assert hex_of(qt.encode(policy_from(name, bucket), x)) == data["packet"], (name, dtype)
         checked += 1
-    assert checked >= 2 * 3 * 17
+    assert checked >= 2 * 3 * 19
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -208,6 +216,52 @@ def test_bad_arguments_name_what_is_wrong():
     with pytest.raises(TypeError, match="expected a 1-D torch.uint8 tensor"):
         qt.decode(q, packet.float(), torch.empty(100))
     assert issubclass(qsdp.Error, RuntimeError)
+
+
+def test_block_scaled_policies_name_themselves_and_their_bad_arguments():
+    made = [qt.mxfp8(), qt.mxfp8("e5m2", "stochastic", seed=3), qt.mxfp6(), qt.mxfp6("e3m2"),
+            qt.mxfp4(bucket_size=64), qt.nvfp4("stochastic"),
+            qt.hadamard(qt.nvfp4("stochastic", seed=4)), qt.hadamard(qt.mxfp4(), seed=2)]
+    assert [q.name for q in made] == [
+        "mxfp8<e4m3>", "mxfp8<e5m2, stochastic>", "mxfp6<e2m3>", "mxfp6<e3m2>", "mxfp4",
+        "nvfp4<stochastic>", "hadamard<nvfp4<stochastic>>", "hadamard<mxfp4>"]
+    assert [repr(q) for q in made[:2] + made[5:7]] == [
+        "qt.mxfp8(element='e4m3', rounding='nearest', bucket_size=32)",
+        "qt.mxfp8(element='e5m2', rounding='stochastic', bucket_size=32, seed=3)",
+        "qt.nvfp4(rounding='stochastic', bucket_size=16, seed=0)",
+        "qt.hadamard(qt.nvfp4(rounding='stochastic', bucket_size=16, seed=4))"]
+    assert [(q.bits, q.bucket_size, q.element) for q in made[2:6]] == [
+        (6, 32, "e2m3"), (6, 32, "e3m2"), (4, 64, "e2m1"), (4, 16, "e2m1")]
+    # 32 elements and one scale byte per block, the 16-byte tensor record and the frame beside.
+    assert qt.compressed_size(qt.mxfp8(), 32 * 1000) - qt.compressed_size(qt.mxfp8(), 0) >= 33000
+    with pytest.raises(ValueError, match="mxfp8: element is 'e2m1'; expected 'e4m3' or 'e5m2'"):
+        qt.mxfp8("e2m1")
+    with pytest.raises(ValueError, match="mxfp4: rounding is 'up'; expected 'nearest' or"):
+        qt.mxfp4(rounding="up")
+    with pytest.raises(ValueError, match="nvfp4: bucket_size is 0"):
+        qt.nvfp4(bucket_size=0)
+    with pytest.raises(qsdp.Error, match="bucket_size is 48; hadamard<mxfp4> needs a power"):
+        qt.hadamard(qt.mxfp4(bucket_size=48))
+    packet = qt.encode(qt.mxfp8(), torch.ones(64))
+    with pytest.raises(qsdp.Error, match="encoded by quantizer 'mxfp8<e4m3>'.*decoder uses "
+                                         "'mxfp8<e5m2>'"):
+        qt.decode(qt.mxfp8("e5m2"), packet, torch.empty(64))
+
+
+def test_block_scaled_nan_and_inf_decode_to_nan_in_their_blocks():
+    for q in (qt.mxfp8(), qt.mxfp4("stochastic"), qt.nvfp4()):
+        x = torch.linspace(-3, 3, 96)
+        x[5], x[40] = float("nan"), float("inf")
+        y = torch.empty_like(x)
+        qt.decode(q, qt.encode(q, x), y)
+        block = q.bucket_size
+        bad = {5 // block, 40 // block}
+        for b in range(96 // block):
+            part = y[b * block:(b + 1) * block]
+            if b in bad:
+                assert torch.isnan(part).all(), (q.name, b)
+            else:
+                assert torch.isfinite(part).all(), (q.name, b)
 
 
 def test_tensors_elsewhere_than_cpu_and_cuda_are_named():

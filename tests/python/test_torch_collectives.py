@@ -94,6 +94,44 @@ def _quantized_collectives(rank, world):
     assert errors["rotated"] * 3 < errors["plain"], errors
 
 
+def _block_scaled_collectives(rank, world):
+    count = 32 * 50 + 7  # a partial last block
+    for dtype in (torch.float32, torch.bfloat16):
+        # An all-gather of round-to-nearest packets: each rank's part is what encoding and decoding
+        # that rank's input alone gives (NVFP4: its own tensor scale per packet).
+        x = _shard(rank, count, dtype, seed=3) * (rank + 1)
+        inputs = torch.empty(world * count, dtype=dtype)
+        dist.all_gather_into_tensor(inputs, x)
+        for q in (qt.mxfp8(), qt.mxfp6("e3m2"), qt.mxfp4(), qt.nvfp4()):
+            full = torch.empty(world * count, dtype=dtype)
+            qt.all_gather_into_tensor(full, x, q)
+            for r, part in enumerate(full.view(world, count)):
+                alone = torch.empty(count, dtype=dtype)
+                qt.decode(q, qt.encode(q, inputs[r * count:(r + 1) * count]), alone)
+                assert torch.equal(part.view(torch.uint8), alone.view(torch.uint8)), (q.name, r)
+        # Reduce-scatter and all-reduce of stochastic, rotated gradients: near the exact mean,
+        # the same bits on every rank.
+        grads = _shard(rank, world * count, dtype, seed=4)
+        mean = grads.float().clone()
+        dist.all_reduce(mean)
+        mean /= world
+        # The bounds: 1.3x the all-reduce errors seen (it quantizes twice; the reduce-scatter's
+        # are 0.075, 0.17 and 0.17).
+        for q, bound in ((qt.mxfp8("e5m2", "stochastic", seed=5), 0.14),
+                         (qt.hadamard(qt.mxfp4("stochastic", seed=6)), 0.32),
+                         (qt.nvfp4("stochastic", seed=7), 0.3)):
+            out = torch.empty(count, dtype=dtype)
+            qt.reduce_scatter_tensor(out, grads, q, op="avg")
+            exact = mean[rank * count:(rank + 1) * count]
+            err = float((out.float() - exact).norm() / exact.norm())
+            assert 0 < err < bound, (q.name, dtype, err)
+            t = grads.clone()
+            qt.all_reduce(t, q, op="avg")
+            err = float((t.float() - mean).norm() / mean.norm())
+            assert 0 < err < bound, (q.name, dtype, err)
+            _same_on_every_rank(t)
+
+
 def _mismatch_raises_on_every_rank(rank, world):
     g = qt.stochastic(bits=8, bucket_size=1024, seed=2)
     count = 1000 if rank != 1 else 999  # rank 1 calls with another count
@@ -215,6 +253,10 @@ def test_identity_is_bit_exact_against_torch(world):
 
 def test_quantized_collectives_within_bounds_and_identical_on_every_rank():
     run_ranks(4, _quantized_collectives)
+
+
+def test_block_scaled_float_policies_in_the_collectives():
+    run_ranks(4, _block_scaled_collectives)
 
 
 def test_a_rank_that_calls_differently_makes_every_rank_raise():

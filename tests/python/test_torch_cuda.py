@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """qsdp.torch on CUDA tensors (qsdp._ext_cuda): the device codec byte-identical to the host codec
-for every family, width and dtype, one call counter per policy across devices, the device
+for every family, width and dtype (the MX and NVFP4 ones too), one call counter per policy across devices, the device
 collectives equal to the host ones (4 gloo ranks sharing one GPU; one NCCL rank), bad packets
 raised, bad tensors named. Needs a GPU and the CUDA extension: reported as skipped without them."""
 import pytest
@@ -53,6 +53,28 @@ def test_device_packets_equal_host_packets(family, min_bits, rotated, dtype):
                        x.cuda())
 
 
+BLOCK_SCALED = [lambda: qt.mxfp8(), lambda: qt.mxfp8("e5m2", "stochastic", seed=5),
+                lambda: qt.mxfp6("e3m2"), lambda: qt.mxfp6("e2m3", "stochastic", seed=5),
+                lambda: qt.mxfp4(), lambda: qt.mxfp4("stochastic", seed=5),
+                lambda: qt.nvfp4(), lambda: qt.nvfp4("stochastic", seed=5),
+                lambda: qt.hadamard(qt.mxfp4("stochastic", seed=5)),
+                lambda: qt.hadamard(qt.nvfp4("stochastic", seed=5))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("make", BLOCK_SCALED, ids=lambda make: make().name)
+def test_block_scaled_device_packets_equal_host_packets(make, dtype):
+    x = _data(5000 + 7, dtype)
+    host_q, device_q = make(), make()
+    for call in range(2):
+        host = qt.encode(host_q, x)
+        device = qt.encode(device_q, x.cuda())
+        assert torch.equal(host, device.cpu()), (host_q.name, call)
+        out_host = qt.decode(host_q, host, torch.empty_like(x))
+        out_device = qt.decode(device_q, device, torch.empty_like(x, device="cuda"))
+        assert torch.equal(out_host.view(torch.uint8), out_device.cpu().view(torch.uint8))
+
+
 def test_one_call_counter_per_policy_across_devices():
     x = _data(3000, torch.float32)
     mixed, host_only = qt.stochastic(bits=4, seed=3), qt.stochastic(bits=4, seed=3)
@@ -102,7 +124,13 @@ def _device_collectives_equal_host(rank, world):
             qt.reduce_scatter_tensor(reduced, full.to(where), g, op="avg")
             summed = full.to(where).clone()
             qt.all_reduce(summed, qt.stochastic(bits=8, seed=3), op="sum")
-            results[where] = [t.cpu() for t in (gathered, reduced, summed)]
+            mx_gathered = torch.empty(world * count, dtype=dtype, device=where)
+            qt.all_gather_into_tensor(mx_gathered, x.to(where), qt.mxfp8())
+            fp4_reduced = torch.empty(count, dtype=dtype, device=where)
+            qt.reduce_scatter_tensor(fp4_reduced, full.to(where), qt.nvfp4("stochastic", seed=4),
+                                     op="avg")
+            results[where] = [t.cpu() for t in (gathered, reduced, summed, mx_gathered,
+                                                fp4_reduced)]
         for h, d in zip(results["cpu"], results["cuda"]):
             assert torch.equal(h.view(torch.uint8), d.view(torch.uint8)), dtype
     qt.synchronize()

@@ -82,6 +82,27 @@ def _four_bit_training(rank, world):
     assert abs(compressed[-1] - plain[-1]) < 0.2 * plain[-1], (plain[-1], compressed[-1])
 
 
+def _block_scaled_training(rank, world):
+    steps = 40
+    plain = _train(_model(world), rank, steps)
+    runs = {
+        "mxfp8": (dict(weights=qt.mxfp8(), grads=qt.mxfp8(rounding="stochastic", seed=2)),
+                  0.1, (0.25, 0.3)),
+        "nvfp4": (dict(weights=qt.nvfp4(), grads=qt.hadamard(qt.nvfp4("stochastic", seed=2)),
+                       weight_deltas=True), 0.2, (0.14, 0.18)),
+    }
+    for name, (policies, tolerance, ratios) in runs.items():
+        model = _model(world)
+        handle = qt.fsdp.compress(model, min_compressed_bytes=0, **policies)
+        compressed = _train(model, rank, steps)
+        for collective, s in handle.stats().items():
+            ratio = s["bytes"] / s["uncompressed_bytes"]
+            assert s["fallback_calls"] == 0 and ratios[0] < ratio < ratios[1], (name, s, ratio)
+        assert compressed[-1] < 0.5 * compressed[0], (name, compressed)
+        assert abs(compressed[-1] - plain[-1]) < tolerance * plain[-1], (name, plain[-1],
+                                                                         compressed[-1])
+
+
 class _Mixed(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -160,6 +181,10 @@ def test_fsdp_training_compressed_at_8_bits_follows_the_uncompressed_run():
 
 def test_fsdp_training_with_4_bit_weight_deltas_and_rotated_gradients():
     run_ranks(4, _four_bit_training, timeout=300)
+
+
+def test_fsdp_training_with_mxfp8_and_with_nvfp4_follows_the_uncompressed_run():
+    run_ranks(4, _block_scaled_training)
 
 
 def test_a_mixed_dtype_buffer_is_split_into_its_tensors_and_compressed():

@@ -71,7 +71,7 @@ std::unique_ptr<device_policy> make_device_policy(const std::string& family, int
                                                   bool rotated) {
   static constexpr family_factories<device_policy> factories{
       make_device_stochastic, make_device_uniform, make_device_symmetric, make_device_random_shift,
-      make_device_identity};
+      make_device_identity,   make_device_mx,      make_device_fp4};
   return make_named(factories, family, bits, bucket_size, seed, rotated);
 }
 

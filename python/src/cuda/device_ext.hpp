@@ -113,6 +113,12 @@ std::unique_ptr<device_policy> make_device_symmetric(int bits, std::size_t bucke
 std::unique_ptr<device_policy> make_device_random_shift(int bits, std::size_t bucket_size,
                                                         std::uint64_t seed, bool rotated);
 std::unique_ptr<device_policy> make_device_identity();
+// The block-scaled float policies by C++ name (device_policies_mx.cu, device_policies_fp4.cu);
+// null for another name.
+std::unique_ptr<device_policy> make_device_mx(const std::string& name, std::size_t bucket_size,
+                                              std::uint64_t seed, bool rotated);
+std::unique_ptr<device_policy> make_device_fp4(const std::string& name, std::size_t bucket_size,
+                                               std::uint64_t seed, bool rotated);
 
 /// qsdp::synchronize_and_check(stream): waits for the stream and throws a bad packet the plain
 /// device decode reported on its device.

@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// qsdp::mxfp8 and qsdp::mxfp6 (both element formats, both roundings), plain and under
+// qsdp::hadamard, for qsdp.torch (families.hpp's mx_policies, in a translation unit of their own).
+#include "policy_impl.hpp"
+
+namespace qsdp::python {
+
+std::unique_ptr<policy> make_mx(const std::string& name, std::size_t bucket_size,
+                                std::uint64_t seed, bool rotated) {
+  return make_by_name<policy_impl>(mx_policies{}, name, bucket_size, seed, rotated);
+}
+
+}  // namespace qsdp::python
