@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The FSDP2 tables of docs/benchmarks: examples/torch_fsdp2/train.py under torchrun on 4 CPU
-# processes, once per run (fp32, w8g8, w4g4, w4g4d, and the wire-only ideals wire8, wire4), the same
-# model, weights and data order; one CSV of losses per run, the tables (markdown) on stdout -- losses
-# and step times, then where each step's time goes and each compressed run's speedup as a fraction
-# of its wire-only ideal's -- and a PNG of the curves (matplotlib, where installed) next to the CSVs.
+# processes, once per run (fp32, w8g8, w4g4, w4g4d, the wire-only ideals wire8, wire4, and on
+# request mx8, mx4d, nv4d), the same model, weights and data order; one CSV of losses per run, the
+# tables (markdown) on stdout -- losses and step times, then where each step's time goes and each
+# compressed run's speedup as a fraction of its wire-only ideal's -- and a PNG of the curves.
 #
 #   bash examples/torch_fsdp2/run_table.sh [--python PY] [--out DIR] [--steps 400] [--runs "fp32 w8g8"]
 #                                          [--repeat N] [--net RATE [--nodes S]]
@@ -56,6 +56,9 @@ declare -A what=(
   [w8g8]="random_shift<8>|stochastic<8>"
   [w4g4]="random_shift<4>|stochastic<4>"
   [w4g4d]="random_shift<4> of differences|hadamard<stochastic<4>>, bucket 256"
+  [mx8]="mxfp8<e4m3>|mxfp8<e4m3, stochastic>"
+  [mx4d]="mxfp4 of differences|hadamard<mxfp4<stochastic>>"
+  [nv4d]="nvfp4 of differences|hadamard<nvfp4<stochastic>>"
   [wire8]="w8g8's bytes, no codec|w8g8's bytes, no codec"
   [wire4]="w4g4's bytes, no codec|w4g4's bytes, no codec"
 )

@@ -13,6 +13,9 @@ gradients (qt.fsdp.compress). Run it with torchrun:
     w4g4   weights random_shift<4>, gradients stochastic<4> (bucket 1024): QSDP's plain 4 bits
     w4g4d  weights as 4-bit differences (qt.DeltaGather, random_shift<4>, bucket 1024), gradients
            hadamard<stochastic<4>> (bucket 256): SDP4Bit's two ideas
+    mx8    weights mxfp8<e4m3>, gradients mxfp8<e4m3, stochastic> (blocks of 32)
+    mx4d   weights as mxfp4 differences, gradients hadamard<mxfp4<stochastic>> (blocks of 32)
+    nv4d   weights as nvfp4 differences, gradients hadamard<nvfp4<stochastic>> (blocks of 16)
     wire8  the wire-only ideal of w8g8: every collective moves, uncompressed, exactly the bytes
            w8g8's packets take, and nothing is encoded or decoded; the weights each rank gathers
            are its own shard repeated, so its losses mean nothing: only its step time, which
@@ -49,7 +52,7 @@ from torch.distributed.fsdp import fully_shard
 
 import qsdp.torch as qt
 
-RUNS = ("fp32", "w8g8", "w4g4", "w4g4d", "wire8", "wire4")
+RUNS = ("fp32", "w8g8", "w4g4", "w4g4d", "mx8", "mx4d", "nv4d", "wire8", "wire4")
 
 
 class Timed:
@@ -296,6 +299,14 @@ def main():
             model, weights=qt.random_shift(bits=4, seed=11),
             grads=qt.hadamard(qt.stochastic(bits=4, bucket_size=256, seed=12)),
             weight_deltas=True)
+    elif args.compress == "mx8":
+        handle = qt.fsdp.compress(model, weights=qt.mxfp8(),
+                                  grads=qt.mxfp8(rounding="stochastic", seed=12))
+    elif args.compress in ("mx4d", "nv4d"):
+        fp4 = qt.mxfp4 if args.compress == "mx4d" else qt.nvfp4
+        handle = qt.fsdp.compress(model, weights=fp4(),
+                                  grads=qt.hadamard(fp4(rounding="stochastic", seed=12)),
+                                  weight_deltas=True)
     plain = Timed()
     if args.compress == "fp32":
         time_plain_collectives(model, plain)
