@@ -442,6 +442,22 @@ template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
                 cudaStream_t stream, call_options options = {});
 
+/// The encoded all-gather of device buffers, ordered on `stream`: as the host overload, the layout
+/// written by one kernel after the exchange (a bad packet sets its scales to NaN and is reported
+/// as the decoding all_gather reports it). Not recorded in qsdp groups (it throws inside one).
+/// @param comm this rank's device communicator
+/// @param q the MX policy (mxfp8, mxfp6, mxfp4; not rotated), the same on every rank
+/// @param send this rank's count values in device memory
+/// @param recv the world's elements and scales in device memory
+/// @param count values per rank, whole blocks, the same on every rank
+/// @param stream the stream the call is ordered on
+/// @param options the pipeline; min_compressed_bytes must not gate the call
+/// @throws qsdp::error as the host overload, when a CUDA call fails, or (from the next call) for
+///         a peer's bad packet
+template <device_communicator Comm, class Q, class T>
+void all_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled_buffers recv,
+                        std::size_t count, cudaStream_t stream, call_options options = {});
+
 /// Compressed reduce-scatter of device buffers, ordered on `stream` (like ncclReduceScatter): each
 /// value quantized once, summed in fp32 by one fused kernel. In place as the host overload; inside
 /// a qsdp group recorded and run at group_end; not inside the caller's NCCL group (see the device

@@ -93,6 +93,21 @@ template <class Q>
 void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_count,
                        std::size_t count, float* acc, cudaStream_t stream);
 
+/// The device form of the host's unpack_block_scaled: a packet of an MX policy's elements and
+/// scales written in the block-scaled layout, on the stream. A bad header sets every scale to
+/// E8M0's NaN (0xFF) and every element to 0, and is reported as a decode's (synchronize_and_check).
+/// @param q the policy the packet was encoded with (qsdp::mx<Element, R>; not rotated)
+/// @param packet the packet in device memory
+/// @param count values in the packet: whole blocks (a multiple of q.bucket_size)
+/// @param out the elements and scales in device memory
+/// @param stream the stream the kernel is ordered on
+/// @throws qsdp::error when count is not a multiple of q.bucket_size (or mxfp4's is odd), a
+///         pointer is null (out's with count > 0), a buffer is not device memory of the stream's
+///         device, or a CUDA call fails
+template <class Q>
+void unpack_block_scaled(const Q& q, const std::byte* packet, std::size_t count,
+                         block_scaled_buffers out, cudaStream_t stream);
+
 /// Waits for the stream, then reports any bad packet a device decode on its device found since the
 /// last check (as a qsdp::error naming the field, as the host decoder would).
 /// @param stream the stream to wait for

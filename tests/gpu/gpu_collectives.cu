@@ -2,6 +2,7 @@
 // Device collectives among the ranks of run_local_cuda (one GPU), and a one-rank NCCL communicator.
 #include <thrust/device_vector.h>
 
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 
@@ -94,6 +95,33 @@ std::vector<std::vector<std::vector<T>>> device_delta_gather(
         if (errors) (*errors)[r] = e.what();
       }
     }
+  });
+  return outputs;
+}
+
+template <class Q, class T>
+std::vector<std::pair<std::vector<std::byte>, std::vector<std::uint8_t>>> device_gather_encoded(
+    const Q& q, int world, std::size_t count, const std::vector<std::vector<T>>& inputs) {
+  const auto w = static_cast<std::size_t>(world);
+  std::vector<std::pair<std::vector<std::byte>, std::vector<std::uint8_t>>> outputs(w);
+  const std::size_t element_bytes = qsdp::block_scaled_element_bytes(q, count * w);
+  const std::size_t scale_bytes = count * w / q.bucket_size;
+  qsdp::run_local_cuda(world, [&](qsdp::cuda_local_communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    thrust::device_vector<T> send(inputs[r].begin(), inputs[r].end());
+    thrust::device_vector<unsigned char> elements(element_bytes), scales(scale_bytes);
+    qsdp::all_gather_encoded(
+        comm, q, thrust::raw_pointer_cast(send.data()),
+        {reinterpret_cast<std::byte*>(thrust::raw_pointer_cast(elements.data())),
+         thrust::raw_pointer_cast(scales.data())},
+        count, comm.stream());
+    cuda_ok(cudaStreamSynchronize(comm.stream()), "sync");
+    std::vector<unsigned char> e(element_bytes);
+    outputs[r].second.resize(scale_bytes);
+    thrust::copy(elements.begin(), elements.end(), e.begin());
+    thrust::copy(scales.begin(), scales.end(), outputs[r].second.begin());
+    outputs[r].first.resize(element_bytes);
+    if (element_bytes) std::memcpy(outputs[r].first.data(), e.data(), element_bytes);
   });
   return outputs;
 }
@@ -235,3 +263,11 @@ GPU_TEST_COLLECTIVE_INSTANCES(qsdp::uniform<2>, __half)
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::symmetric<8>, float)
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::identity, float)
 GPU_TEST_COLLECTIVE_INSTANCES(qsdp::hadamard<qsdp::stochastic<4>>, float)
+
+#define GPU_TEST_ENCODED_INSTANCES(Q, T)                                             \
+  template std::vector<std::pair<std::vector<std::byte>, std::vector<std::uint8_t>>> \
+  gpu_test::device_gather_encoded<Q, T>(const Q&, int, std::size_t,                  \
+                                        const std::vector<std::vector<T>>&);
+GPU_TEST_ENCODED_INSTANCES(qsdp::mxfp8<>, float)
+GPU_TEST_ENCODED_INSTANCES(qsdp::mxfp6<qsdp::e3m2>, __nv_bfloat16)
+GPU_TEST_ENCODED_INSTANCES(qsdp::mxfp4<qsdp::rounding::stochastic>, float)

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <qsdp/codec.hpp>
@@ -57,6 +58,12 @@ std::vector<std::vector<T>> device_collective(collective kind, const Q& q, int w
                                               qsdp::reduce_op op, int calls = 1,
                                               std::size_t* growths = nullptr,
                                               qsdp::call_options options = {});
+
+/// The encoded all-gather among world ranks of run_local_cuda: every rank's (elements, scales) of
+/// the block-scaled layout. inputs[r] is rank r's send buffer.
+template <class Q, class T>
+std::vector<std::pair<std::vector<std::byte>, std::vector<std::uint8_t>>> device_gather_encoded(
+    const Q& q, int world, std::size_t count, const std::vector<std::vector<T>>& inputs);
 
 /// One rank of a real NCCL communicator (ncclCommInitAll over device 0): all_gather, reduce_scatter
 /// (sum) and all_reduce (sum) of x, outputs in that order. With graph_replay, each collective is

@@ -7,7 +7,7 @@
 namespace qsdp::python {
 
 std::unique_ptr<device_policy> make_device_fp4(const std::string& name, std::size_t bucket_size,
-                                 std::uint64_t seed, bool rotated) {
+                                               std::uint64_t seed, bool rotated) {
   return make_by_name<device_policy_impl>(fp4_policies{}, name, bucket_size, seed, rotated);
 }
 

@@ -8,7 +8,7 @@
 namespace qsdp::python {
 
 std::unique_ptr<device_policy> make_device_mx(const std::string& name, std::size_t bucket_size,
-                                std::uint64_t seed, bool rotated) {
+                                              std::uint64_t seed, bool rotated) {
   return make_by_name<device_policy_impl>(mx_policies{}, name, bucket_size, seed, rotated);
 }
 

@@ -30,8 +30,17 @@ concept block_scaled_layout_policy = requires {
 };
 
 /// Bytes of the elements of `count` values of `bits` bits in the block-scaled layout.
-constexpr std::size_t layout_element_bytes(int bits, std::size_t count) {
+QSDP_HOST_DEVICE constexpr std::size_t layout_element_bytes(int bits, std::size_t count) {
   return bits == 6 ? count : (count * static_cast<std::size_t>(bits) + 7) / 8;
+}
+
+/// Code i of a 6-bit code stream (four codes in three bytes, LSB-first: docs/reference/
+/// wire-format.md, "Codes") as a byte of its own.
+QSDP_HOST_DEVICE inline std::byte six_bit_code(const std::byte* codes, std::uint64_t i) {
+  const std::uint64_t bit = i * 6;
+  const unsigned low = static_cast<unsigned>(codes[bit / 8]);
+  const unsigned high = bit % 8 > 2 ? static_cast<unsigned>(codes[bit / 8 + 1]) : 0u;
+  return static_cast<std::byte>(((low | high << 8) >> (bit % 8)) & 0x3Fu);
 }
 
 /// Checks that `count` values of q fill whole blocks that start on whole bytes, so that the layouts
@@ -57,20 +66,15 @@ inline void copy_block_scaled(const std::byte* packet, const packet_layout& l, i
     if (count) std::memcpy(elements, codes, layout_element_bytes(bits, count));
     return;
   }
-  // Four 6-bit codes fill three bytes, LSB-first (docs/reference/wire-format.md, "Codes").
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t bit = i * 6;
-    const unsigned low = std::to_integer<unsigned>(codes[bit / 8]);
-    const unsigned high = bit % 8 > 2 ? std::to_integer<unsigned>(codes[bit / 8 + 1]) : 0u;
-    elements[i] = std::byte(((low | high << 8) >> (bit % 8)) & 0x3Fu);
-  }
+  for (std::size_t i = 0; i < count; ++i) elements[i] = six_bit_code(codes, i);
 }
 
 /// The offset of scale (row, col) of a matrix of block scales with `cols` columns in cuBLAS's
 /// tiled layout: tiles of 128 rows by 4 columns, 512 bytes each, in row-major tile order over the
 /// matrix padded to whole tiles; inside a tile, row r and column c at (r % 32) * 16 + (r / 32) * 4
 /// + c (docs/reference/block-scaled-layout.md).
-constexpr std::size_t tiled_scale_offset(std::size_t row, std::size_t col, std::size_t cols) {
+QSDP_HOST_DEVICE constexpr std::size_t tiled_scale_offset(std::size_t row, std::size_t col,
+                                                          std::size_t cols) {
   const std::size_t tile_columns = (cols + 3) / 4;
   const std::size_t tile = (row / 128) * tile_columns + col / 4;
   return tile * 512 + (row % 32) * 16 + (row % 128 / 32) * 4 + col % 4;

@@ -220,12 +220,7 @@ void run_host_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled
   check_count(count, where);
   check_max_pieces(options.max_pieces, where);
   check_block_scaled_count(q, count, where);
-  if (gated_uncompressed(count, sizeof(T), options.min_compressed_bytes))
-    throw qsdp::error(std::string(where) + ": min_compressed_bytes is " +
-                      std::to_string(options.min_compressed_bytes) + ", which would send these " +
-                      std::to_string(count * sizeof(T)) +
-                      " bytes of values uncompressed; the encoded form needs them encoded "
-                      "(expected at most the values' bytes, or 0)");
+  check_encoded_gate(count, sizeof(T), options, where);
   add_seconds_on_exit timed(comm.workspace().timings.calls_seconds);
   const collective_call plan =
       plan_collective<Q, T>(comm, q, collective_kind::all_gather, reduce_op::sum, count, options);

@@ -281,6 +281,18 @@ inline bool gated_uncompressed(std::size_t count, std::size_t value_size,
   return count < smallest_compressed;
 }
 
+/// The encoded all-gather always encodes: a size gate that would send its `count` values of
+/// `value_size` bytes uncompressed is refused.
+inline void check_encoded_gate(std::size_t count, std::size_t value_size,
+                               const call_options& options, const char* where) {
+  if (gated_uncompressed(count, value_size, options.min_compressed_bytes))
+    throw qsdp::error(std::string(where) + ": min_compressed_bytes is " +
+                      std::to_string(options.min_compressed_bytes) + ", which would send these " +
+                      std::to_string(count * value_size) +
+                      " bytes of values uncompressed; the encoded form needs them encoded "
+                      "(expected at most the values' bytes, or 0)");
+}
+
 /// Where a gated host call's scratch goes: its values move in blocks of one call descriptor (64
 /// bytes) followed by the uncompressed values (`block_values` of them), world blocks out for
 /// reduce_scatter (one per peer), one for all_gather and all_reduce (the same to every peer), world

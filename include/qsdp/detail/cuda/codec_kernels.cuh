@@ -32,6 +32,7 @@
 #include <string>
 
 #include "../../quantizers.hpp"
+#include "../codec/block_layout.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/format.hpp"
 #include "../codec/group.hpp"
@@ -1158,6 +1159,43 @@ __global__ void __launch_bounds__(codec_block)
     for (std::uint64_t s = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; s < spans;
          s += std::uint64_t{gridDim.x} * blockDim.x)
       span(std::false_type{}, s, true);
+  }
+}
+
+// ---- The block-scaled layout
+// ---------------------------------------------------------------------------------------
+
+/// The block-scaled layout (detail/codec/block_layout.hpp) of `packet_count` packets of `count`
+/// values, packet p at packets + p * packet_bytes, written to elements + p * element_stride and
+/// scales + p * scale_stride: the scale and 8- or 4-bit element bytes copied, 6-bit elements
+/// unpacked to a byte each. Every block checks the headers first; where one is bad (reported as the
+/// decoders report it, packet first_index + p), every scale becomes E8M0's NaN and every element 0,
+/// so that a consumer's values are NaN, as a decode's would be.
+template <int Bits>
+__global__ void __launch_bounds__(codec_block)
+    unpack_block_scaled_kernel(const std::byte* packets, std::size_t packet_bytes,
+                               unsigned packet_count, unsigned first_index, std::uint64_t count,
+                               packet_layout l, header_expectation want, device_report* failure,
+                               std::byte* elements, std::size_t element_stride,
+                               std::uint8_t* scales, std::size_t scale_stride) {
+  const bool ok = headers_ok(packets, packet_bytes, packet_count, first_index, want, failure);
+  const std::uint64_t element_bytes = layout_element_bytes(Bits, count);
+  const std::uint64_t step = std::uint64_t{gridDim.x} * blockDim.x;
+  for (unsigned p = 0; p < packet_count; ++p) {
+    const std::byte* packet = packets + p * packet_bytes;
+    const std::byte* codes = packet + l.codes_offset;
+    std::uint8_t* scale_out = scales + p * scale_stride;
+    std::byte* element_out = elements + p * element_stride;
+    for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < l.buckets;
+         i += step)
+      scale_out[i] = ok ? static_cast<std::uint8_t>(packet[l.meta_offset + i]) : e8m0_nan;
+    for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < element_bytes;
+         i += step) {
+      if constexpr (Bits == 6)
+        element_out[i] = ok ? six_bit_code(codes, i) : std::byte{0};
+      else
+        element_out[i] = ok ? codes[i] : std::byte{0};
+    }
   }
 }
 

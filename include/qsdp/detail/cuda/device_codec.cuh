@@ -236,6 +236,23 @@ inline device_report* codec_report(int device, const char* where) {
   return codec_failures(device).device_record(where, describe_bad_header);
 }
 
+/// Launches unpack_block_scaled_kernel over `packet_count` packets of `count` values (MX policy q),
+/// their layouts `element_stride` and `scale_stride` apart.
+template <class Q>
+void launch_unpack_block_scaled(const Q& q, const std::byte* packets, std::size_t packet_bytes,
+                                unsigned packet_count, std::size_t count,
+                                const header_expectation& want, unsigned first_index,
+                                device_report* failure, std::byte* elements,
+                                std::size_t element_stride, std::uint8_t* scales,
+                                std::size_t scale_stride, cudaStream_t stream, const char* where) {
+  const packet_layout l = layout_for<Q, float>(q, count);
+  launch(unpack_block_scaled_kernel<Q::bits>,
+         grid_for(layout_element_bytes(Q::bits, count), codec_block), codec_block, stream,
+         "unpack_block_scaled_kernel", where, packets, packet_bytes, packet_count, first_index,
+         static_cast<std::uint64_t>(count), l, want, failure, elements, element_stride, scales,
+         scale_stride);
+}
+
 }  // namespace qsdp::detail::cuda
 
 namespace qsdp {
@@ -333,6 +350,24 @@ void decode_accumulate(const Q& q, const std::byte* packets, std::size_t packet_
                               want, 0, detail::cuda::codec_report(device, where),
                               detail::cuda::accumulate_sink{acc, detail::cuda::aligned16(acc)},
                               stream, where);
+}
+
+template <class Q>
+void unpack_block_scaled(const Q& q, const std::byte* packet, std::size_t count,
+                         block_scaled_buffers out, cudaStream_t stream) {
+  static_assert(detail::block_scaled_layout_policy<Q>,
+                "qsdp::unpack_block_scaled: Q must be an MX policy (mxfp8, mxfp6, mxfp4; not "
+                "rotated, not nvfp4, whose tensor scale is per packet)");
+  constexpr const char* where = "qsdp::unpack_block_scaled (device)";
+  const int device = detail::cuda::check_device_call(q, count, stream, where);
+  detail::check_block_scaled_count(q, count, where);
+  detail::cuda::require_device_buffers(packet, "packet", out.elements, "out.elements", count,
+                                       device, where);
+  detail::cuda::require_device_buffers(packet, "packet", out.scales, "out.scales", count, device,
+                                       where);
+  detail::cuda::launch_unpack_block_scaled(
+      q, packet, 0, 1, count, detail::expectation_for(q, count, -1), 0,
+      detail::cuda::codec_report(device, where), out.elements, 0, out.scales, 0, stream, where);
 }
 
 inline void synchronize_and_check(cudaStream_t stream) {

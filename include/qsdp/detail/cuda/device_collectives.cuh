@@ -119,6 +119,18 @@ class device_steps {
     }
   }
 
+  /// The world's packets in the block-scaled layout at recv + r * stride (the encoded all-gather),
+  /// in one kernel; a bad header sets the scales to NaN and is reported, naming the rank.
+  void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count,
+                   block_scaled_cursor<Q> recv, std::size_t stride) {
+    const block_scaled_cursor<Q> next = recv + stride;
+    launch_unpack_block_scaled(q_, packets, packet_bytes, static_cast<unsigned>(world()), count,
+                               expectation_for<T>(q_, count), 0, report(), recv.elements,
+                               static_cast<std::size_t>(next.elements - recv.elements), recv.scales,
+                               static_cast<std::size_t>(next.scales - recv.scales), stream_,
+                               where_);
+  }
+
   /// One kernel reads every rank's packet once, sums in fp32 in rank order (as the host does) and
   /// writes the result once.
   void reduce(const std::byte* packets, std::size_t packet_bytes, std::size_t count, T* recv) {
@@ -187,9 +199,44 @@ void run_device_collective(Comm& comm, const Q& q, collective_kind kind, reduce_
   comm.state().counters.count(plan.uncompressed, count * sizeof(T));
 }
 
+/// The device encoded all-gather: run_device_collective's checks, plan and agreement for an
+/// all_gather that always encodes, each rank's packets copied to the block-scaled layout.
+template <class Comm, class Q, class T>
+void run_device_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled_buffers recv,
+                               std::size_t count, call_options options, cudaStream_t stream,
+                               const char* where) {
+  refuse_in_device_group(comm, where);
+  check_device_collective<Comm, Q, T>(comm, q, send, "send", recv.elements, "recv.elements", count,
+                                      stream, where);
+  check_device_collective<Comm, Q, T>(comm, q, send, "send", recv.scales, "recv.scales", count,
+                                      stream, where);
+  check_max_pieces(options.max_pieces, where);
+  check_block_scaled_count(q, count, where);
+  check_encoded_gate(count, sizeof(T), options, where);
+  const collective_call plan =
+      plan_collective<Q, T>(comm, q, collective_kind::all_gather, reduce_op::sum, count, options);
+  std::byte* const scratch = comm.state().workspace.get(plan.scratch.total, stream, where);
+  agree_once(comm, plan.descriptor, scratch + plan.scratch.descriptors, stream, where);
+  device_steps<Comm, Q, T> steps(comm, q, plan, reduce_op::sum, scratch, stream, where);
+  gather_packets(steps, q, send, block_scaled_cursor<Q>{recv.elements, recv.scales, q.bucket_size},
+                 count, plan.calls[0], scratch + plan.scratch.packets);
+  steps.finish();
+  comm.state().counters.count(false, count * sizeof(T));
+}
+
 }  // namespace qsdp::detail::cuda
 
 namespace qsdp {
+
+template <device_communicator Comm, class Q, class T>
+void all_gather_encoded(Comm& comm, const Q& q, const T* send, block_scaled_buffers recv,
+                        std::size_t count, cudaStream_t stream, call_options options) {
+  static_assert(detail::block_scaled_layout_policy<Q>,
+                "qsdp::all_gather_encoded: Q must be an MX policy (mxfp8, mxfp6, mxfp4; not "
+                "rotated, not nvfp4, whose tensor scale is per packet)");
+  detail::cuda::run_device_gather_encoded(comm, q, send, recv, count, options, stream,
+                                          "qsdp::all_gather_encoded (device)");
+}
 
 template <device_communicator Comm, class Q, class T>
 void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t count,
