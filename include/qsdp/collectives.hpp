@@ -443,8 +443,9 @@ void all_gather(Comm& comm, const Q& q, const T* send, T* recv, std::size_t coun
                 cudaStream_t stream, call_options options = {});
 
 /// The encoded all-gather of device buffers, ordered on `stream`: as the host overload, the layout
-/// written by one kernel after the exchange (a bad packet sets its scales to NaN and is reported
-/// as the decoding all_gather reports it). Not recorded in qsdp groups (it throws inside one).
+/// written by one kernel after the exchange (a bad packet header, reported as the decoding
+/// all_gather reports it, sets every scale of the call to NaN). Not recorded in qsdp groups (it
+/// throws inside one).
 /// @param comm this rank's device communicator
 /// @param q the MX policy (mxfp8, mxfp6, mxfp4; not rotated), the same on every rank
 /// @param send this rank's count values in device memory

@@ -1168,9 +1168,9 @@ __global__ void __launch_bounds__(codec_block)
 /// The block-scaled layout (detail/codec/block_layout.hpp) of `packet_count` packets of `count`
 /// values, packet p at packets + p * packet_bytes, written to elements + p * element_stride and
 /// scales + p * scale_stride: the scale and 8- or 4-bit element bytes copied, 6-bit elements
-/// unpacked to a byte each. Every block checks the headers first; where one is bad (reported as the
-/// decoders report it, packet first_index + p), every scale becomes E8M0's NaN and every element 0,
-/// so that a consumer's values are NaN, as a decode's would be.
+/// unpacked to a byte each. Every block checks the headers first; where any is bad (reported as the
+/// decoders report it, packet first_index + p), every packet's scales become E8M0's NaN and every
+/// element 0, so that a consumer's values are NaN, as a decode's would be.
 template <int Bits>
 __global__ void __launch_bounds__(codec_block)
     unpack_block_scaled_kernel(const std::byte* packets, std::size_t packet_bytes,

@@ -120,7 +120,7 @@ class device_steps {
   }
 
   /// The world's packets in the block-scaled layout at recv + r * stride (the encoded all-gather),
-  /// in one kernel; a bad header sets the scales to NaN and is reported, naming the rank.
+  /// in one kernel; a bad header sets every rank's scales to NaN and is reported, naming the rank.
   void decode_each(const std::byte* packets, std::size_t packet_bytes, std::size_t count,
                    block_scaled_cursor<Q> recv, std::size_t stride) {
     const block_scaled_cursor<Q> next = recv + stride;
@@ -208,8 +208,8 @@ void run_device_gather_encoded(Comm& comm, const Q& q, const T* send, block_scal
   refuse_in_device_group(comm, where);
   check_device_collective<Comm, Q, T>(comm, q, send, "send", recv.elements, "recv.elements", count,
                                       stream, where);
-  check_device_collective<Comm, Q, T>(comm, q, send, "send", recv.scales, "recv.scales", count,
-                                      stream, where);
+  check_buffers(send, "send", recv.scales, "recv.scales", count, where);
+  if (count > 0) require_device_pointer(recv.scales, "recv.scales", comm.device(), where);
   check_max_pieces(options.max_pieces, where);
   check_block_scaled_count(q, count, where);
   check_encoded_gate(count, sizeof(T), options, where);
