@@ -8,7 +8,9 @@
 //   codec_instructions POLICY encode|decode VALUES [baseline]
 //
 // POLICY: uniform8, stochastic8, symmetric8, random_shift8, uniform4, stochastic4, uniform2,
-// hadamard_stochastic4. "baseline" runs the portable loops instead of AVX2.
+// hadamard_stochastic4 (buckets of 1024); mxfp8, mxfp8_stochastic, mxfp6, mxfp4, mxfp4_stochastic
+// (blocks of 32), nvfp4, nvfp4_stochastic (blocks of 16). "baseline" runs the portable loops
+// instead of AVX2.
 #include <valgrind/callgrind.h>
 
 #include <cstdio>
@@ -68,6 +70,17 @@ int main(int argc, char** argv) {
   if (policy == "hadamard_stochastic4")
     return count(qsdp::hadamard<qsdp::stochastic<4>>{{.bucket_size = 1024, .seed = 1}}, encode,
                  values);
+  using qsdp::rounding;
+  if (policy == "mxfp8") return count(qsdp::mxfp8<qsdp::e4m3>{}, encode, values);
+  if (policy == "mxfp8_stochastic")
+    return count(qsdp::mxfp8<qsdp::e4m3, rounding::stochastic>{.seed = 1}, encode, values);
+  if (policy == "mxfp6") return count(qsdp::mxfp6<qsdp::e2m3>{}, encode, values);
+  if (policy == "mxfp4") return count(qsdp::mxfp4<>{}, encode, values);
+  if (policy == "mxfp4_stochastic")
+    return count(qsdp::mxfp4<rounding::stochastic>{.seed = 1}, encode, values);
+  if (policy == "nvfp4") return count(qsdp::nvfp4<>{}, encode, values);
+  if (policy == "nvfp4_stochastic")
+    return count(qsdp::nvfp4<rounding::stochastic>{.seed = 1}, encode, values);
   std::fprintf(stderr, "codec_instructions: unknown policy '%s'\n", policy.c_str());
   return 2;
 }

@@ -28,6 +28,13 @@ POLICIES = [
     ("stochastic<4>", "stochastic4"),
     ("uniform<2>", "uniform2"),
     ("hadamard<stochastic<4>>", "hadamard_stochastic4"),
+    ("mxfp8<e4m3>", "mxfp8"),
+    ("mxfp8<e4m3, stochastic>", "mxfp8_stochastic"),
+    ("mxfp6<e2m3>", "mxfp6"),
+    ("mxfp4", "mxfp4"),
+    ("mxfp4<stochastic>", "mxfp4_stochastic"),
+    ("nvfp4", "nvfp4"),
+    ("nvfp4<stochastic>", "nvfp4_stochastic"),
 ]
 # identity is left out: its encode and decode are a memcpy, which valgrind replaces with its own.
 
@@ -65,8 +72,9 @@ def main():
         subprocess.run([args.cxx, "-std=c++20", "-O3", "-DNDEBUG", "-I", os.path.join(root, "include"),
                         os.path.join(root, "bench", "codec_instructions.cpp"), "-o", binary],
                        check=True)
-        lines = [f"instructions per value, {args.values} float values per call, bucket 1024 "
-                 "(callgrind; AVX2+FMA loops, and the portable loops)", "",
+        lines = [f"instructions per value, {args.values} float values per call, buckets of 1024 "
+                 "(the MX formats: blocks of 32; NVFP4: 16) (callgrind; AVX2+FMA loops, and the "
+                 "portable loops)", "",
                  "| policy | encode, AVX2 | decode, AVX2 | encode, portable | decode, portable |",
                  "|---|---|---|---|---|"]
         print("\n".join(lines), flush=True)

@@ -938,4 +938,100 @@ TEST_CASE("hadamard<nvfp4> decodes with the error of nvfp4 on rotated values") {
   CHECK(l.meta_offset == sizeof(qsdp::detail::packet_header) + 32);
 }
 
+namespace {
+
+// Inputs that reach every branch of the block-scaled encode: mixed magnitudes over many binades,
+// then blocks of float subnormals, of signed zeros, of magnitudes at FLT_MAX, of exact ties
+// between elements, one block with NaN and one with infinity.
+std::vector<float> block_scaled_path_inputs(std::size_t n) {
+  auto x = qsdp_test::make_data(qsdp_test::distribution::mixed_scale, n, 31);
+  for (std::size_t i = 0; i < 64; ++i) {
+    x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, -140 + static_cast<int>(i % 9));
+    x[64 + i] = i % 2 ? -0.0f : 0.0f;
+    x[128 + i] = (i % 2 ? -1.0f : 1.0f) *
+                 std::nextafter(std::numeric_limits<float>::max(), static_cast<float>(i % 3));
+    x[192 + i] = (static_cast<float>(i % 13) + 0.5f) * 0.25f;  // ties at every element spacing
+  }
+  x[300] = std::numeric_limits<float>::quiet_NaN();
+  x[400] = -std::numeric_limits<float>::infinity();
+  return x;
+}
+
+template <class T, class Q>
+void check_block_scaled_paths(const Q& q, const std::vector<float>& values) {
+  const auto x = qsdp_test::convert<T>(values);
+  const std::size_t size = qsdp::compressed_size<T>(q, x.size());
+  struct run_result {
+    std::vector<std::byte> packet;
+    std::vector<T> decoded;
+    std::vector<float> acc;
+  };
+  const auto run = [&] {
+    run_result r{std::vector<std::byte>(size), std::vector<T>(x.size()), values};
+    Q local = q;
+    qsdp::encode(local, x.data(), x.size(), r.packet.data());
+    qsdp::decode(local, r.packet.data(), x.size(), r.decoded.data());
+    for (float& a : r.acc) a = std::isfinite(a) ? a * 0.5f : 1.0f;  // sums that round
+    qsdp::decode_accumulate(local, r.packet.data(), x.size(), r.acc.data());
+    return r;
+  };
+  const run_result fast = run();
+  qsdp::detail::host_force_baseline = true;
+  const run_result base = run();
+  qsdp::detail::host_force_baseline = false;
+  INFO(std::string(qsdp::policy_name<Q>())
+       << " bucket " << q.bucket_size << ", " << sizeof(T) << "-byte values");
+  REQUIRE(fast.packet == base.packet);
+  REQUIRE(std::memcmp(fast.decoded.data(), base.decoded.data(), x.size() * sizeof(T)) == 0);
+  REQUIRE(std::memcmp(fast.acc.data(), base.acc.data(), x.size() * sizeof(float)) == 0);
+}
+
+template <class T>
+void check_block_scaled_paths_for(const std::vector<float>& x) {
+  using qsdp::rounding;
+  // 32 and 16: the formats' blocks; 7: segments that start inside a Philox block; 40 and 100:
+  // remainders after whole groups of 32; 4096: two segments per block.
+  for (const std::size_t bucket : {std::size_t{32}, std::size_t{16}, std::size_t{7},
+                                   std::size_t{40}, std::size_t{100}, std::size_t{4096}}) {
+    check_block_scaled_paths<T>(qsdp::mxfp8<qsdp::e4m3>{.bucket_size = bucket}, x);
+    check_block_scaled_paths<T>(
+        qsdp::mxfp8<qsdp::e4m3, rounding::stochastic>{.bucket_size = bucket, .seed = 3}, x);
+    check_block_scaled_paths<T>(qsdp::mxfp8<qsdp::e5m2>{.bucket_size = bucket}, x);
+    check_block_scaled_paths<T>(
+        qsdp::mxfp8<qsdp::e5m2, rounding::stochastic>{.bucket_size = bucket, .seed = 3}, x);
+    check_block_scaled_paths<T>(qsdp::mxfp6<qsdp::e3m2>{.bucket_size = bucket}, x);
+    check_block_scaled_paths<T>(
+        qsdp::mxfp6<qsdp::e3m2, rounding::stochastic>{.bucket_size = bucket, .seed = 3}, x);
+    check_block_scaled_paths<T>(qsdp::mxfp6<qsdp::e2m3>{.bucket_size = bucket}, x);
+    check_block_scaled_paths<T>(
+        qsdp::mxfp6<qsdp::e2m3, rounding::stochastic>{.bucket_size = bucket, .seed = 3}, x);
+    check_block_scaled_paths<T>(qsdp::mxfp4<>{.bucket_size = bucket}, x);
+    check_block_scaled_paths<T>(qsdp::mxfp4<rounding::stochastic>{.bucket_size = bucket, .seed = 3},
+                                x);
+    check_block_scaled_paths<T>(qsdp::nvfp4<>{.bucket_size = bucket}, x);
+    check_block_scaled_paths<T>(qsdp::nvfp4<rounding::stochastic>{.bucket_size = bucket, .seed = 3},
+                                x);
+  }
+  check_block_scaled_paths<T>(
+      qsdp::hadamard<qsdp::mxfp4<rounding::stochastic>>{{.bucket_size = 32, .seed = 5}}, x);
+  check_block_scaled_paths<T>(qsdp::hadamard<qsdp::mxfp8<>>{{.bucket_size = 64}, 5}, x);
+  check_block_scaled_paths<T>(
+      qsdp::hadamard<qsdp::nvfp4<rounding::stochastic>>{{.bucket_size = 16, .seed = 5}}, x);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "MX and NVFP4: the vectorized and baseline host paths give bit-identical packets and "
+    "values") {
+  INFO("host path: " << std::string(qsdp::detail::host_codec_isa()));
+  const auto x = block_scaled_path_inputs(5003);
+  check_block_scaled_paths_for<float>(x);
+  check_block_scaled_paths_for<double>(x);
+#if QSDP_HAS_CUDA_HALF
+  check_block_scaled_paths_for<__half>(x);
+  check_block_scaled_paths_for<__nv_bfloat16>(x);
+#endif
+}
+
 TEST_SUITE_END();

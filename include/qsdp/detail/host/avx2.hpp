@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "../../quantizers.hpp"
+#include "../codec/bit_packing.hpp"
 #include "../codec/float_types.hpp"
 #include "../codec/grid.hpp"
 #include "../codec/group.hpp"
@@ -209,6 +210,30 @@ QSDP_AVX2_LOOP void f32_to_bf16(const float* src, std::size_t n, void* dst) {
     const std::uint16_t h = float_to_bf16_bits(v);
     std::memcpy(out + 2 * j, &h, 2);
   }
+}
+
+/// Codes [start, start + n) of a 6-bit code stream into out[0, n), as unpack_codes<6>: whole groups
+/// of eight codes (six bytes) eight at a time, each code's two bytes moved into a 16-bit lane and
+/// shifted into place by a multiply. Reads only bytes that hold the codes.
+QSDP_AVX2_LOOP void unpack_codes6(const std::byte* stream, std::size_t start, std::size_t n,
+                                  std::uint8_t* out) {
+  std::size_t j = 0;
+  for (; j < n && (start + j) % 8 != 0; ++j) out[j] = read_code<6>(stream, start + j);
+  const std::size_t groups = (n - j) / 8;
+  const std::byte* in = stream + (start + j) / 8 * 6;
+  // Code k of a group starts at bit 6k: byte 6k / 8, bit 6k % 8 of it (0, 6, 4, 2, ...).
+  const __m128i spread = _mm_setr_epi8(0, 1, 0, 1, 1, 2, 2, 3, 3, 4, 3, 4, 4, 5, 5, -1);
+  const __m128i lift = _mm_setr_epi16(256, 4, 16, 64, 256, 4, 16, 64);  // 2^(8 - bit)
+  // A group's eight-byte load reads two bytes past it: the last group goes through the scalar
+  // loop below, so nothing past the stream is read.
+  const std::size_t vector_groups = groups > 0 ? groups - 1 : 0;
+  for (std::size_t g = 0; g < vector_groups; ++g) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + 6 * g));
+    const __m128i lanes = _mm_mullo_epi16(_mm_shuffle_epi8(bytes, spread), lift);
+    const __m128i codes = _mm_and_si128(_mm_srli_epi16(lanes, 8), _mm_set1_epi16(63));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + j + 8 * g), _mm_packus_epi16(codes, codes));
+  }
+  for (j += vector_groups * 8; j < n; ++j) out[j] = read_code<6>(stream, start + j);
 }
 
 /// Four Philox states, one block per 64-bit lane. Each 32-bit state word sits in the low half of

@@ -33,6 +33,7 @@
 
 #if QSDP_HOST_X86_DISPATCH
 #include "avx2.hpp"
+#include "avx2_minifloat.hpp"
 #include "avx512.hpp"
 #endif
 
@@ -58,19 +59,6 @@ QSDP_FORCE_INLINE partial_stats scan_bucket(const T* src, std::size_t n) {
   partial_stats p;
   for (std::size_t j = 0; j < n; ++j) p.add(element_traits<T>::to_float(load_element(src, j)));
   return p;
-}
-
-/// The largest finite magnitude among n values, 0 if there is none: what a tensor-scaled policy's
-/// fit_tensor is given (NaN and infinities are flagged per bucket instead).
-template <class T>
-float finite_abs_max(const T* src, std::size_t n) {
-  std::uint32_t top = 0;  // magnitudes of finite floats order as their bit patterns
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t magnitude =
-        bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, i))) & 0x7FFFFFFFu;
-    top = magnitude < 0x7F800000u && magnitude > top ? magnitude : top;
-  }
-  return bit_cast<float>(top);
 }
 
 /// Fills words[0, 4 * blocks) with Philox blocks first_block ... first_block + blocks - 1.
@@ -121,27 +109,52 @@ inline bool host_has_avx512() {
          host_cpu_has_avx512();
 }
 
-/// out[j] = the value of codes[j] on grid g (Accumulate: out[j] += it) for n codes, with the
-/// AVX-512 loops where the CPU has them and AVX2's otherwise (the same bits either way). Stream:
-/// stored with non-temporal stores from out's first 64-byte boundary on (the values before it,
-/// and all of them where out is not float-aligned, with plain stores); the caller fences.
-template <bool Accumulate, bool Stream = false>
-inline __attribute__((always_inline, target("avx2,fma"))) void decode_grid_values(
-    const std::uint8_t* codes, std::size_t n, const value_grid& g, float* out) {
+/// out[j] = the value of codes[j] (Accumulate: out[j] += it) for n codes of one bucket, on grid g
+/// (a value_grid: with the AVX-512 loops where the CPU has them and AVX2's otherwise, the same
+/// bits either way) or of a block-scaled float block (avx2::minifloat_block). Stream: stored with
+/// non-temporal stores from out's first 64-byte boundary on (the values before it, and all of them
+/// where out is not float-aligned, with plain stores); the caller fences.
+template <bool Accumulate, bool Stream = false, class Block>
+inline __attribute__((always_inline, target("avx2,fma"))) void decode_block_values(
+    const std::uint8_t* codes, std::size_t n, const Block& g, float* out) {
   if constexpr (Stream) {
     const auto address = reinterpret_cast<std::uintptr_t>(out);
     if (address % sizeof(float) != 0)
-      return decode_grid_values<Accumulate, false>(codes, n, g, out);
+      return decode_block_values<Accumulate, false>(codes, n, g, out);
     const std::size_t head = std::min(n, (64 - address % 64) % 64 / sizeof(float));
-    decode_grid_values<Accumulate, false>(codes, head, g, out);
+    decode_block_values<Accumulate, false>(codes, head, g, out);
     codes += head;
     out += head;
     n -= head;
   }
-  if (host_has_avx512()) return avx512::decode_values<Accumulate, Stream>(codes, n, g, out);
-  avx2::decode_values<Accumulate, Stream>(codes, n, g, out);
+  if constexpr (std::is_same_v<Block, value_grid>) {
+    if (host_has_avx512()) return avx512::decode_values<Accumulate, Stream>(codes, n, g, out);
+    avx2::decode_values<Accumulate, Stream>(codes, n, g, out);
+  } else {
+    avx2::decode_minifloats<Accumulate, Stream>(codes, n, g, out);
+  }
 }
 #endif
+
+/// The largest finite magnitude among n values, 0 if there is none: what a tensor-scaled policy's
+/// fit_tensor is given (NaN and infinities are flagged per bucket instead).
+template <class T>
+float finite_abs_max(const T* src, std::size_t n) {
+#if QSDP_HOST_X86_DISPATCH
+  if constexpr (std::is_same_v<T, float>) {
+    if (host_has_avx2_fma()) return avx2::finite_abs_max<false>(src, n);
+  } else if constexpr (element_traits<T>::tag == element_type::bf16) {
+    if (host_has_avx2_fma()) return avx2::finite_abs_max<true>(src, n);
+  }
+#endif
+  std::uint32_t top = 0;  // magnitudes of finite floats order as their bit patterns
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t magnitude =
+        bit_cast<std::uint32_t>(element_traits<T>::to_float(load_element(src, i))) & 0x7FFFFFFFu;
+    top = magnitude < 0x7F800000u && magnitude > top ? magnitude : top;
+  }
+  return bit_cast<float>(top);
+}
 
 /// fp32 outputs of qsdp::decode of at least this many bytes are written with non-temporal stores,
 /// past the caches: the stores save the read of every line they overwrite, which the 8-bit decode
@@ -184,6 +197,48 @@ consteval bool avx2_kernels_for() {
 #endif
 }
 
+/// A block-scaled float policy (qsdp::mx, qsdp::nvfp4, alone or inside hadamard<>) as the vector
+/// loops take it (detail/host/avx2_minifloat.hpp): a block's codes are minifloat_encode<element> of
+/// |x| * encode_scale with x's sign, and its values element * decode_scale. These are the
+/// policies' encode and decode with the scale arithmetic done once per block: mx's
+/// minifloat_encode(x, e) multiplies |x| by 2^-e itself; nvfp4's is given x * factor and e = 0,
+/// and |x * factor| * 1 = |x| * factor exactly, the factor being positive.
+template <class Q>
+struct minifloat_form {};
+
+template <class E, rounding R>
+struct minifloat_form<mx<E, R>> {
+  using element = E;
+  static float encode_scale(const mx<E, R>&, std::uint8_t m) {
+    return e8m0_value(e8m0_byte(-(int{m} - e8m0_bias)));
+  }
+  static float decode_scale(const mx<E, R>&, std::uint8_t m) { return e8m0_value(m); }
+};
+
+template <rounding R>
+struct minifloat_form<nvfp4<R>> {
+  using element = e2m1;
+  static float encode_scale(const nvfp4<R>& q, std::uint8_t m) {
+    return nvfp4_encode_factor<e4m3>(q.tensor_meta, m);
+  }
+  static float decode_scale(const nvfp4<R>& q, std::uint8_t m) {
+    return nvfp4_decode_factor<e4m3>(q.tensor_meta, m);
+  }
+};
+
+template <class Inner>
+struct minifloat_form<hadamard<Inner>> : minifloat_form<Inner> {};
+
+/// Whether the AVX2 block-scaled float loops serve policy Q (only compiled on x86-64).
+template <class Q>
+consteval bool minifloat_kernels_for() {
+#if QSDP_HOST_X86_DISPATCH
+  return requires { typename minifloat_form<Q>::element; };
+#else
+  return false;
+#endif
+}
+
 /// Whether the AVX-512 loops serve policy Q: the built-ins that draw a number per value.
 template <class Q>
 consteval bool avx512_kernels_for() {
@@ -208,21 +263,28 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
   code_writer<B> codes(packet + l.codes_offset);
   constexpr bool Avx2 = Isa != host_isa::baseline;
   constexpr bool Avx512 = Isa == host_isa::avx512 && avx512_kernels_for<Q>();
-  constexpr bool fast = Avx2 && avx2_kernels_for<Q>();
+  constexpr bool grid_fast = Avx2 && avx2_kernels_for<Q>();
+  constexpr bool minifloat_fast = Avx2 && minifloat_kernels_for<Q>();
+  constexpr bool fast = grid_fast || minifloat_fast;
   alignas(64) float draws[host_segment];
   alignas(64) std::uint32_t words[host_segment + 128];  // room for whole Philox groups
   alignas(64) float converted[fast && !std::is_same_v<T, float> ? host_segment : 1];
 #if QSDP_HOST_X86_DISPATCH
   // The per-value draws of the whole call, generated ahead of the values (avx2::draw_stream).
   using draw_stream = std::conditional_t<Avx512, avx512::draw_stream, avx2::draw_stream>;
-  [[maybe_unused]] std::conditional_t<fast && randomized_elements<Q>(), draw_stream, char>
+  [[maybe_unused]] std::conditional_t<grid_fast && randomized_elements<Q>(), draw_stream, char>
       draws_ahead;
   if constexpr (Avx512) {
     avx512::start_draw_stream(key, draws_ahead);
-  } else if constexpr (fast && randomized_elements<Q>()) {
+  } else if constexpr (grid_fast && randomized_elements<Q>()) {
     avx2::start_draw_stream(key, draws_ahead);
   }
 #endif
+
+  // The block-scaled float loops' draws: values halves_first .. + host_segment - 1, generated for
+  // the short blocks of several calls at once.
+  [[maybe_unused]] const std::uint16_t* halves = nullptr;
+  [[maybe_unused]] std::size_t halves_first = 0;
 
   // Bucket b: n values from `bucket` (of type V: T, or float for a rotated bucket), which are the
   // packet's values begin .. begin + n - 1.
@@ -261,7 +323,7 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
 
     for (std::size_t done = 0; done < n;) {
       const std::size_t k = std::min({n - done, codes.space(), host_segment});
-      const std::size_t first = begin + done;
+      [[maybe_unused]] const std::size_t first = begin + done;
       std::uint8_t* out = codes.slots();
       const V* in = bucket + done;
 #if QSDP_HOST_X86_DISPATCH
@@ -277,26 +339,44 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
             converted[j] = element_traits<V>::to_float(load_element(in, j));
           values = converted;
         }
-        const code_grid grid = q.code_grid_for(m);
-        if constexpr (randomized_elements<Q>()) {
-          if (first % 8 != 0) {  // a segment that starts inside a Philox block (bucket size not
-                                 // a multiple of 8)
-            avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words),
-                                     out);
-          } else {
-            const bool clamp_idle = grid_clamp_is_idle(
-                grid, stats.min(), stats.max(), uniform_from_half(0), uniform_from_half(0xFFFF));
-            if constexpr (Avx512) {
-              avx512::encode_drawn_codes(values, k, grid, clamp_idle, first / 8, draws_ahead, out);
-            } else {
-              avx2::encode_drawn_codes(values, k, grid, clamp_idle, first / 8, draws_ahead, out);
+        if constexpr (minifloat_fast) {
+          using form = minifloat_form<Q>;
+          using F = typename form::element;
+          const float scale = form::encode_scale(q, m);
+          if constexpr (randomized_elements<Q>()) {
+            if (halves == nullptr || first < halves_first ||
+                first + k > halves_first + host_segment) {
+              halves = avx2::value_halves(key, first, host_segment, words);
+              halves_first = first;
             }
+            avx2::encode_minifloats<F, true>(values, k, scale, halves + (first - halves_first),
+                                             out);
+          } else {
+            avx2::encode_minifloats<F, false>(values, k, scale, nullptr, out);
           }
         } else {
-          if (grid_clamp_is_idle(grid, stats.min(), stats.max(), grid.offset, grid.offset)) {
-            avx2::encode_codes<false, false>(values, k, grid, nullptr, out);
+          const code_grid grid = q.code_grid_for(m);
+          if constexpr (randomized_elements<Q>()) {
+            if (first % 8 != 0) {  // a segment that starts inside a Philox block (bucket size not
+                                   // a multiple of 8)
+              avx2::encode_codes<true>(values, k, grid, avx2::value_halves(key, first, k, words),
+                                       out);
+            } else {
+              const bool clamp_idle = grid_clamp_is_idle(
+                  grid, stats.min(), stats.max(), uniform_from_half(0), uniform_from_half(0xFFFF));
+              if constexpr (Avx512) {
+                avx512::encode_drawn_codes(values, k, grid, clamp_idle, first / 8, draws_ahead,
+                                           out);
+              } else {
+                avx2::encode_drawn_codes(values, k, grid, clamp_idle, first / 8, draws_ahead, out);
+              }
+            }
           } else {
-            avx2::encode_codes<false, true>(values, k, grid, nullptr, out);
+            if (grid_clamp_is_idle(grid, stats.min(), stats.max(), grid.offset, grid.offset)) {
+              avx2::encode_codes<false, false>(values, k, grid, nullptr, out);
+            } else {
+              avx2::encode_codes<false, true>(values, k, grid, nullptr, out);
+            }
           }
         }
         codes.commit(k);
@@ -391,21 +471,22 @@ struct store_sink {
     for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
   }
 #if QSDP_HOST_X86_DISPATCH
+  template <class Block>
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
                                                     const std::uint8_t* codes,
-                                                    const value_grid& grid) const {
+                                                    const Block& block) const {
     if constexpr (std::is_same_v<T, float>) {
       if (streaming)
-        decode_grid_values<false, true>(codes, n, grid, dst + i);
+        decode_block_values<false, true>(codes, n, block, dst + i);
       else
-        decode_grid_values<false>(codes, n, grid, dst + i);
+        decode_block_values<false>(codes, n, block, dst + i);
     } else if constexpr (element_traits<T>::tag == element_type::bf16) {
       alignas(64) float values[host_segment];
-      decode_grid_values<false>(codes, n, grid, values);
+      decode_block_values<false>(codes, n, block, values);
       avx2::f32_to_bf16<true>(values, n, dst + i);
     } else {
       alignas(64) float values[host_segment];
-      decode_grid_values<false>(codes, n, grid, values);
+      decode_block_values<false>(codes, n, block, values);
       for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
     }
   }
@@ -427,10 +508,11 @@ struct accumulate_sink {
     for (std::size_t j = 0; j < n; ++j) put(i + j, values[j]);
   }
 #if QSDP_HOST_X86_DISPATCH
+  template <class Block>
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
                                                     const std::uint8_t* codes,
-                                                    const value_grid& grid) const {
-    decode_grid_values<true>(codes, n, grid, acc + i);
+                                                    const Block& block) const {
+    decode_block_values<true>(codes, n, block, acc + i);
   }
 #endif
 };
@@ -449,10 +531,11 @@ struct bucket_sink {
       values[i - first] = std::numeric_limits<float>::quiet_NaN();
   }
 #if QSDP_HOST_X86_DISPATCH
+  template <class Block>
   __attribute__((target("avx2,fma"))) void put_avx2(std::size_t i, std::size_t n,
                                                     const std::uint8_t* codes,
-                                                    const value_grid& grid) const {
-    decode_grid_values<Add>(codes, n, grid, values + (i - first));
+                                                    const Block& block) const {
+    decode_block_values<Add>(codes, n, block, values + (i - first));
   }
 #endif
 };
@@ -488,12 +571,23 @@ QSDP_FORCE_INLINE void decode_codes(const Q& packet_q, const std::byte* packet,
     if constexpr (B == 8) {
       codes = reinterpret_cast<const std::uint8_t*>(stream) + i;
     } else {
-      unpack_codes<B>(stream, i, n, staging);
+#if QSDP_HOST_X86_DISPATCH
+      if constexpr (Avx2 && B == 6)
+        avx2::unpack_codes6(stream, i, n, staging);
+      else
+#endif
+        unpack_codes<B>(stream, i, n, staging);
       codes = staging;
     }
 #if QSDP_HOST_X86_DISPATCH
     if constexpr (Avx2 && avx2_kernels_for<Q>()) {
       sink.put_avx2(i, n, codes, q.value_grid_for(m));
+      i = stop;
+      continue;
+    } else if constexpr (Avx2 && minifloat_kernels_for<Q>()) {
+      using form = minifloat_form<Q>;
+      sink.put_avx2(i, n, codes,
+                    avx2::minifloat_block<typename form::element>{form::decode_scale(q, m)});
       i = stop;
       continue;
     }
