@@ -36,7 +36,9 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["FsdpHooks", "Handle"]
+from . import _encoded
+
+__all__ = ["FsdpHooks", "Handle", "EncodedHandle"]
 
 _QUANTIZABLE = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -52,13 +54,14 @@ class _Counter:
         self.uncompressed_bytes = 0
         self.fallback_calls = 0
         self.gated_calls = 0
+        self.encoded_calls = 0
         self.seconds = 0.0
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "bytes": self.bytes,
                 "uncompressed_bytes": self.uncompressed_bytes,
                 "fallback_calls": self.fallback_calls, "gated_calls": self.gated_calls,
-                "seconds": self.seconds}
+                "encoded_calls": self.encoded_calls, "seconds": self.seconds}
 
 
 def _allocate(size, *, dtype, device):
@@ -86,6 +89,10 @@ class _Collectives:
     reduce_scatter_tensor: Callable[..., Any]
     sends_uncompressed: Callable[..., bool]
     gate: Callable[..., int]
+    mx_policy: Callable[..., Any]
+    mx_classes: Callable[..., Any]
+    encode_block_scaled: Callable[..., Any]
+    mx_tensor: Callable[..., Any]
 
 
 class _ThenWork(dist.Work):
@@ -170,9 +177,32 @@ class _AllGather:
         if (parts := self._parts(input_tensor)) is not None:
             return self._gather_parts(output_tensor, input_tensor, group, parts, async_op)
         c.bytes += _bytes(input_tensor)
-        c.fallback_calls += 1
+        if (encoded := self._encoded_weights()) is not None:
+            # keep_encoded's weights, encoded already: sent as they are, and counted uncompressed
+            # at the bytes of the values they encode
+            c.encoded_calls += 1
+            c.uncompressed_bytes += encoded[1] - encoded[0]
+        else:
+            c.fallback_calls += 1
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
                                            async_op=async_op)
+
+    def _encoded_weights(self):
+        """(bytes encoded, bytes of the values they encode) of the keep_encoded weights in this
+        module's parameter group, or None where it holds none."""
+        try:
+            group = self.module._get_fsdp_state()._fsdp_param_group
+            encoded = values = 0
+            for p in group.fsdp_params:
+                shard = p._sharded_local_tensor
+                if isinstance(shard, _encoded.ShardedMXWeight):
+                    sizes = p._extensions_data.all_gather_input_sizes
+                    encoded += sum(size.numel() for size in sizes)
+                    dtype = p.param_dtype or p.orig_dtype
+                    values += sizes[0][0] * shard.shape[1] * dtype.itemsize
+            return (encoded, values) if encoded else None
+        except (AttributeError, AssertionError, RuntimeError):
+            return None
 
     def _parts(self, input_tensor):
         """The (byte offset, values, dtype) of each tensor FSDP packed into a uint8 all-gather
@@ -282,10 +312,28 @@ class Handle:
         """Per collective: calls, bytes this rank encoded for the wire (its packets),
         uncompressed_bytes (what FSDP's own collective would have sent), fallback_calls (buffers
         sent uncompressed because qsdp cannot quantize their dtype), gated_calls (buffers sent
-        uncompressed because they are below the size gate), seconds (wall time inside the
-        collective on this rank: encode, wire, decode and waiting for the slowest peer)."""
+        uncompressed because they are below the size gate), encoded_calls (buffers that hold
+        weights of keep_encoded, encoded already, sent as they are with the group's other
+        tensors: counted in bytes as sent, in uncompressed_bytes with those weights' values),
+        seconds
+        (wall time inside the collective on this rank: encode, wire, decode and waiting for the
+        slowest peer)."""
         return {"all_gather": self._all_gather.as_dict(),
                 "reduce_scatter": self._reduce_scatter.as_dict()}
+
+
+class EncodedHandle:
+    """What keep_encoded wrapped: the weights' names, and what their gathers encoded."""
+
+    def __init__(self, names, counter):
+        self.weights = names
+        self._counter = counter
+
+    def stats(self) -> dict:
+        """Over this process's gathers of the wrapped weights: calls (weights gathered), bytes
+        (elements and scales this rank encoded for the wire), uncompressed_bytes (its shards'
+        bytes in the gathered dtype), encode_seconds (wall time of those encodes)."""
+        return self._counter.as_dict()
 
 
 class FsdpHooks:
@@ -293,9 +341,85 @@ class FsdpHooks:
     custom all-gather and reduce-scatter of FSDP2 modules; Handle is what it returns."""
 
     Handle = Handle
+    EncodedHandle = EncodedHandle
+    ShardedMXWeight = _encoded.ShardedMXWeight
+    EncodedMXWeight = _encoded.EncodedMXWeight
 
     def __init__(self, **collectives):
         self._collectives = _Collectives(**collectives)
+        c = self._collectives
+        self._codec = _encoded._Codec(encode_block_scaled=c.encode_block_scaled,
+                                      mx_tensor=c.mx_tensor)
+
+    def keep_encoded(self, model: torch.nn.Module, weights, *,
+                     include: Callable[[str, torch.nn.Module], bool] | None = None
+                     ) -> EncodedHandle:
+        """Makes FSDP2 gather the weights of model's linear layers MX-encoded and hand them to the
+        layers still encoded, as torchao MXTensors, so that their forward is an MX GEMM on the
+        gathered bytes, with no decode. Call it before fully_shard.
+
+        Every torch.nn.Linear of `model` (or those for which include(name, module) is true) gets
+        its weight replaced by a ShardedMXWeight of the same values: the optimizer and the state
+        dict see those values, and FSDP's all-gather sends what each rank's shard encodes to with
+        policy `weights` (qt.mxfp8, qt.mxfp6, qt.mxfp4; not rotated), elements and E8M0 scales,
+        about a quarter (mxfp8) or an eighth (mxfp4) of float32's bytes. In forward the layer's
+        weight is an EncodedMXWeight whose `mx` is the torchao MXTensor of the gathered weight;
+        F.linear casts its input to the same MX format and runs torchao's MX GEMM (on CUDA devices
+        of compute capability 10.0 and up with 32-value e4m3 or e2m1 blocks; elsewhere torchao
+        emulates it). Backward passes the gradient straight through both casts: the input's with
+        the weight decoded on this rank, the weight's from the input's full-precision values.
+
+        A weight's columns (in_features) must be whole blocks of the policy's bucket_size, and its
+        rows must divide evenly among the ranks that shard it (FSDP's padding of an uneven shard
+        would not be the layout's); the first gather raises on every rank otherwise. Needs torchao
+        (qsdp.Error saying why where its MX formats do not import); CPU shards encode with the
+        host codec, CUDA ones with the device codec on torch's current stream. Tied weights stay
+        tied. The gathered bytes go
+        through FSDP's all-gather, or compress's, which sends them as they are (stats():
+        encoded_calls)."""
+        qt = self._collectives
+        where = "qsdp.torch.fsdp.keep_encoded"
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{where}: model is {type(model).__name__}; expected a "
+                            "torch.nn.Module")
+        if not isinstance(weights, qt.policy_type):
+            raise TypeError(f"{where}: weights is {weights!r}; expected an MX policy (qt.mxfp8, "
+                            "qt.mxfp6, qt.mxfp4)")
+        q = qt.mx_policy(weights, where)
+        qt.mx_classes(where, "")
+        from torch.distributed.fsdp import FSDPModule
+        if any(isinstance(m, FSDPModule) for m in model.modules()):
+            raise ValueError(f"{where}: model is sharded already (it holds an FSDPModule); call "
+                             "keep_encoded before fully_shard, which shards the weights it wraps")
+        owners: dict[int, list] = {}
+        for name, m in model.named_modules():
+            for pname, p in m.named_parameters(recurse=False):
+                owners.setdefault(id(p), []).append((m, pname))
+        encoding = _encoded._Encoding(q, self._codec, _encoded._Counter())
+        names = []
+        for name, m in model.named_modules():
+            if not isinstance(m, torch.nn.Linear) or (include is not None and not include(name, m)):
+                continue
+            w = m.weight
+            if isinstance(w, _encoded.ShardedMXWeight):
+                continue
+            if w.dim() != 2 or w.shape[1] % q.bucket_size:
+                raise ValueError(f"{where}: {name or 'model'}.weight has shape "
+                                 f"{tuple(w.shape)}; expected in_features a multiple of the "
+                                 f"policy's bucket_size {q.bucket_size} (the blocks run along "
+                                 "it); leave the layer out with include=")
+            if w.dtype not in _QUANTIZABLE:
+                raise TypeError(f"{where}: {name or 'model'}.weight has dtype {w.dtype}; expected "
+                                "torch.float32, torch.bfloat16 or torch.float16")
+            wrapped = torch.nn.Parameter(_encoded.ShardedMXWeight(w.detach(), encoding),
+                                         requires_grad=w.requires_grad)
+            for owner, pname in owners[id(w)]:
+                setattr(owner, pname, wrapped)
+            names.append(f"{name}.weight" if name else "weight")
+        if not names:
+            raise ValueError(f"{where}: model has no torch.nn.Linear to encode"
+                             + (" that include accepts" if include is not None else ""))
+        return EncodedHandle(names, encoding.counter)
 
     def compress(self, model: torch.nn.Module, weights=None, grads=None, *,
                  weight_deltas: bool = False, min_compressed_bytes=None) -> Handle:

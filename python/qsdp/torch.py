@@ -14,6 +14,7 @@
     qt.all_gather_into_tensor_coalesced(outputs, inputs, w)   # lists: one agreement, one exchange
     qt.reduce_scatter_tensor_coalesced(outputs, inputs, g, op="avg")
     handle = qt.fsdp.compress(model, weights=w, grads=g)   # every FSDPModule in model
+    encoded = qt.fsdp.keep_encoded(model, m)  # before fully_shard: linears get MX-encoded weights
 
 The collectives take min_compressed_bytes=0 (the size gate, C++'s
 call_options::min_compressed_bytes; 0, the default, applies the policy at every size): a call that
@@ -708,6 +709,65 @@ def _torchao_element_dtype(element: str):
             "e2m1": torch.float4_e2m1fn_x2}[element]
 
 
+def _torchao_mx_classes(where: str, fallback: str):
+    """torchao's MXTensor, KernelPreference and QuantizeTensorToMXKwargs; qsdp.Error saying why not
+    where torchao's MX formats do not import."""
+    try:
+        from torchao.prototype.mx_formats.mx_tensor import MXTensor, QuantizeTensorToMXKwargs
+        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+    except ImportError as e:
+        raise Error(f"{where}: returns torchao MXTensors, and torchao's MX formats do not import "
+                    f"here ({e}); pip install torchao{fallback}") from e
+    return MXTensor, KernelPreference, QuantizeTensorToMXKwargs
+
+
+def _mx_tensor(q: Policy, elements: torch.Tensor, scales: torch.Tensor, orig_dtype, *,
+               tiled_scales: bool = False, quantized_inputs: bool = False):
+    """The torchao MXTensor whose qdata and scale are the block-scaled layout `elements` and
+    `scales` (uint8, rows first; no copy). quantized_inputs: a linear with it as its weight casts
+    its input to the same MX format (torchao's dynamic activation cast), so that the GEMM takes two
+    MX operands: on CUDA devices of compute capability 10.0 and up with 32-value blocks of e4m3 or
+    e2m1 torchao's MX GEMM, elsewhere torchao's emulation (both operands decoded, multiplied in
+    orig_dtype)."""
+    MXTensor, KernelPreference, QuantizeTensorToMXKwargs = _torchao_mx_classes(
+        "qsdp.torch", "")
+    elem_dtype = _torchao_element_dtype(q.element)
+    qdata = elements.view(elem_dtype) if q.bits == 8 else elements
+    preference = KernelPreference.EMULATED
+    if (quantized_inputs and elements.is_cuda and q.bucket_size == 32
+            and q.element in ("e4m3", "e2m1")
+            and torch.cuda.get_device_capability(elements.device) >= (10, 0)):
+        preference = KernelPreference.AUTO
+    act = None
+    if quantized_inputs:
+        act = QuantizeTensorToMXKwargs(elem_dtype=elem_dtype, block_size=q.bucket_size,
+                                       kernel_preference=preference)
+    return MXTensor(qdata, scales.view(torch.float8_e8m0fnu), elem_dtype, q.bucket_size,
+                    orig_dtype, preference, act, tiled_scales)
+
+
+def _encode_block_scaled(q: Policy, x: torch.Tensor):
+    """x (2-D, rows of whole blocks) encoded with MX policy q, in the block-scaled layout:
+    (elements, scales), uint8 tensors of x's rows, on x's device. One encode, as qt.encode's (the
+    policy's next call)."""
+    where = "qsdp.torch.fsdp.keep_encoded"
+    x = x.contiguous()
+    rows, cols = x.shape
+    packet = encode(q, x)
+    elements = torch.empty(rows, q._impl.block_scaled_element_bytes(cols), dtype=torch.uint8,
+                           device=x.device)
+    scales = torch.empty(rows, cols // q.bucket_size, dtype=torch.uint8, device=x.device)
+    if x.is_cuda:
+        device = q._device(_cuda(x, "the weight", where))
+        with _on(x):
+            device.unpack_block_scaled(packet.data_ptr(), x.numel(), elements.data_ptr(),
+                                       scales.data_ptr(), _stream(x))
+    else:
+        q._impl.unpack_block_scaled(packet.data_ptr(), x.numel(), elements.data_ptr(),
+                                    scales.data_ptr())
+    return elements, scales
+
+
 def all_gather_encoded(input: torch.Tensor, policy: Policy, group=None, *,
                        as_mx_tensor: bool = True, tiled_scales: bool = False):
     """all_gather_into_tensor that hands the result over still encoded, for a GEMM that takes MX
@@ -720,18 +780,13 @@ def all_gather_encoded(input: torch.Tensor, policy: Policy, group=None, *,
     0xFF in both, and elements 0 here). as_mx_tensor=False returns the
     layout as two uint8 tensors, (elements, scales), without needing torchao. tiled_scales=True
     hands the scales over in the tiled layout cuBLAS's block-scaled GEMM reads (C++
-    qsdp::tile_block_scales; torchao's is_swizzled_scales), for a 2-D input. CPU tensors. The
-    exchanges are all_gather_into_tensor's: ranks may mix the two calls."""
+    qsdp::tile_block_scales; torchao's is_swizzled_scales), for a 2-D CPU input (torchao's MX
+    GEMM tiles the scales of a CUDA one itself). CPU and CUDA tensors (the result on input's
+    device; CUDA: stream-ordered as all_gather_into_tensor). The exchanges are
+    all_gather_into_tensor's: ranks may mix the two calls."""
     where = "qsdp.torch.all_gather_encoded"
-    q = _policy(policy, where)
-    if q.family not in ("mxfp8", "mxfp6", "mxfp4") or q.rotated:
-        raise ValueError(f"{where}: policy is {q!r}; expected an MX policy (qt.mxfp8, qt.mxfp6, "
-                         "qt.mxfp4), not rotated: only their elements and scales are what an MX "
-                         "GEMM reads")
+    q = _mx_policy(policy, where)
     code = _values(input, "input", where)
-    if input.is_cuda:
-        raise Error(f"{where}: input is on {input.device}; the encoded all-gather takes CPU "
-                    "tensors (qsdp._ext_cuda has no encoded form)")
     if input.dim() == 0 or input.shape[-1] % q.bucket_size:
         raise ValueError(f"{where}: input has shape {tuple(input.shape)}; expected its last "
                          f"dimension a multiple of the policy's bucket_size {q.bucket_size} (the "
@@ -739,20 +794,22 @@ def all_gather_encoded(input: torch.Tensor, policy: Policy, group=None, *,
     if tiled_scales and input.dim() != 2:
         raise ValueError(f"{where}: input has shape {tuple(input.shape)}; tiled_scales=True "
                          "takes a 2-D input (a weight's rows and columns)")
+    if tiled_scales and input.is_cuda:
+        raise ValueError(f"{where}: input is on {input.device}; tiled_scales=True tiles on the "
+                         "host, for CPU tensors (torchao's MX GEMM tiles a CUDA MXTensor's "
+                         "scales itself): pass tiled_scales=False")
     if as_mx_tensor:
-        try:
-            from torchao.prototype.mx_formats.mx_tensor import MXTensor
-            from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
-        except ImportError as e:
-            raise Error(f"{where}: returns torchao MXTensors, and torchao's MX formats do not "
-                        f"import here ({e}); pip install torchao, or pass as_mx_tensor=False "
-                        "for the elements and scales as uint8 tensors") from e
+        _torchao_mx_classes(where, ", or pass as_mx_tensor=False for the elements and scales as "
+                            "uint8 tensors")
     comm = _communicator(group, where, input)
     world, count = comm.size, input.numel()
-    elements = torch.empty(q._impl.block_scaled_element_bytes(world * count), dtype=torch.uint8)
-    scales = torch.empty(world * count // q.bucket_size, dtype=torch.uint8)
-    q._impl.all_gather_encoded(comm, code, input.data_ptr(), elements.data_ptr(),
-                               scales.data_ptr(), count)
+    elements = torch.empty(q._impl.block_scaled_element_bytes(world * count), dtype=torch.uint8,
+                           device=input.device)
+    scales = torch.empty(world * count // q.bucket_size, dtype=torch.uint8, device=input.device)
+    impl, stream = _collective(q, comm, input, where)
+    with _on(input):
+        impl.all_gather_encoded(comm, code, input.data_ptr(), elements.data_ptr(),
+                                scales.data_ptr(), count, *stream)
     shape = (world * input.shape[0], *input.shape[1:]) if input.dim() > 1 else (world * count,)
     scales = scales.view(*shape[:-1], -1)
     if tiled_scales:
@@ -762,12 +819,17 @@ def all_gather_encoded(input: torch.Tensor, policy: Policy, group=None, *,
         scales = tiled.view(-(-rows // 128) * 32, -(-cols // 4) * 16)  # 512-byte tiles as rows
     if not as_mx_tensor:
         return elements, scales
-    qdata = elements.view(*shape[:-1], -1)
-    elem_dtype = _torchao_element_dtype(q.element)
-    if q.bits == 8:
-        qdata = qdata.view(elem_dtype)
-    return MXTensor(qdata, scales.view(torch.float8_e8m0fnu), elem_dtype, q.bucket_size,
-                    input.dtype, KernelPreference.EMULATED, None, tiled_scales)
+    return _mx_tensor(q, elements.view(*shape[:-1], -1), scales, input.dtype,
+                      tiled_scales=tiled_scales)
+
+
+def _mx_policy(policy, where: str) -> Policy:
+    q = _policy(policy, where)
+    if q.family not in ("mxfp8", "mxfp6", "mxfp4") or q.rotated:
+        raise ValueError(f"{where}: policy is {q!r}; expected an MX policy (qt.mxfp8, qt.mxfp6, "
+                         "qt.mxfp4), not rotated: only their elements and scales are what an MX "
+                         "GEMM reads")
+    return q
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, policy: Policy,
@@ -1023,4 +1085,6 @@ fsdp = _fsdp.FsdpHooks(policy_type=Policy, delta_gather=DeltaGather,
                        all_gather_into_tensor=all_gather_into_tensor,
                        all_gather_into_tensor_coalesced=all_gather_into_tensor_coalesced,
                        reduce_scatter_tensor=reduce_scatter_tensor,
-                       sends_uncompressed=_sends_uncompressed, gate=_gate)
+                       sends_uncompressed=_sends_uncompressed, gate=_gate,
+                       mx_policy=_mx_policy, mx_classes=_torchao_mx_classes,
+                       encode_block_scaled=_encode_block_scaled, mx_tensor=_mx_tensor)

@@ -258,6 +258,14 @@ NB_MODULE(_ext, m) {
           },
           nb::call_guard<nb::gil_scoped_release>())
       .def(
+          "unpack_block_scaled",
+          [](policy& p, std::uintptr_t packet, std::size_t count, std::uintptr_t elements,
+             std::uintptr_t scales) {
+            p.unpack_block_scaled(reinterpret_cast<const std::byte*>(packet), count,
+                                  bytes(elements), reinterpret_cast<std::uint8_t*>(scales));
+          },
+          nb::call_guard<nb::gil_scoped_release>())
+      .def(
           "delta_all_gather",
           [](policy& p, delta_holder& gather, group_communicator& comm, std::uintptr_t send,
              std::uintptr_t recv) {

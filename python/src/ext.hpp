@@ -115,6 +115,10 @@ class policy {
   /// layout throw qsdp::error.
   virtual void all_gather_encoded(group_communicator& comm, element e, const void* send,
                                   std::byte* elements, std::uint8_t* scales, std::size_t count) = 0;
+  /// qsdp::unpack_block_scaled of a packet of this policy into `elements` and `scales`; the
+  /// policies without the block-scaled layout throw qsdp::error.
+  virtual void unpack_block_scaled(const std::byte* packet, std::size_t count, std::byte* elements,
+                                   std::uint8_t* scales) = 0;
   /// gather.all_gather(comm, this policy, send, recv): the weight-difference all-gather.
   virtual void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
                                 void* recv) = 0;

@@ -81,9 +81,16 @@ class policy_impl final : public policy {
       });
     } else {
       (void)comm, (void)e, (void)send, (void)elements, (void)scales, (void)count;
-      throw qsdp::error("qsdp.torch.all_gather_encoded: policy " + name() +
-                        " has no block-scaled layout; expected an MX policy (qt.mxfp8, "
-                        "qt.mxfp6, qt.mxfp4; not rotated)");
+      throw not_block_scaled("qsdp.torch.all_gather_encoded");
+    }
+  }
+  void unpack_block_scaled(const std::byte* packet, std::size_t count, std::byte* elements,
+                           std::uint8_t* scales) override {
+    if constexpr (detail::block_scaled_layout_policy<Q>) {
+      qsdp::unpack_block_scaled(q_, packet, count, {elements, scales});
+    } else {
+      (void)packet, (void)count, (void)elements, (void)scales;
+      throw not_block_scaled("qsdp.torch.unpack_block_scaled");
     }
   }
   void delta_all_gather(delta_holder& gather, group_communicator& comm, const void* send,
@@ -94,6 +101,12 @@ class policy_impl final : public policy {
   }
 
  private:
+  qsdp::error not_block_scaled(const std::string& where) const {
+    return qsdp::error(where + ": policy " + name() +
+                       " has no block-scaled layout; expected an MX policy (qt.mxfp8, qt.mxfp6, "
+                       "qt.mxfp4; not rotated)");
+  }
+
   Q q_;
 };
 

@@ -190,3 +190,61 @@ def _nccl_world_of_one(rank, world):
 @pytest.mark.skipif(not dist.is_nccl_available(), reason="torch without NCCL")
 def test_nccl_world_of_one():
     run_ranks(1, _nccl_world_of_one, timeout=120)
+
+
+MX = [lambda: qt.mxfp8(), lambda: qt.mxfp6("e3m2", "stochastic", seed=6), lambda: qt.mxfp4()]
+
+
+def _device_encoded_gather_equals_host(rank, world):
+    x = _data(6 * 64, torch.bfloat16, seed=rank).reshape(6, 64)
+    for make in MX:
+        host_q, device_q = make(), make()
+        host = qt.all_gather_encoded(x, host_q, as_mx_tensor=False)
+        device = qt.all_gather_encoded(x.cuda(), device_q, as_mx_tensor=False)
+        assert device[0].is_cuda and device[1].is_cuda
+        for h, d in zip(host, device):
+            assert torch.equal(h, d.cpu()), host_q.name
+    with pytest.raises(ValueError, match="tiled_scales=True tiles on the host"):
+        qt.all_gather_encoded(x.cuda(), qt.mxfp8(), tiled_scales=True)
+    qt.synchronize()
+    dist.barrier()
+
+
+def test_device_encoded_all_gather_equals_the_hosts():
+    run_ranks(2, _device_encoded_gather_equals_host, timeout=300)
+
+
+def _keep_encoded_on_cuda(rank, world):
+    pytest.importorskip("torchao.prototype.mx_formats")
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torchao.prototype.mx_formats.mx_tensor import MXTensor
+
+    nccl = dist.new_group([0], backend="nccl")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                torch.nn.Linear(128, 64)).cuda()
+    whole = [model[i].weight.detach().clone() for i in (0, 2)]
+    handle = qt.fsdp.keep_encoded(model, qt.mxfp8())
+    fully_shard(model, mesh=DeviceMesh.from_group(nccl, "cuda"))
+    seen = []
+
+    def look(m, args, w):
+        expected = MXTensor.to_mx(w, torch.float8_e4m3fn, 32)
+        assert m.weight.mx.qdata.is_cuda
+        assert torch.equal(m.weight.mx.qdata.view(torch.uint8), expected.qdata.view(torch.uint8))
+        assert torch.equal(m.weight.mx.scale.view(torch.uint8), expected.scale.view(torch.uint8))
+        seen.append(True)
+
+    for i, w in zip((0, 2), whole):
+        model[i].register_forward_pre_hook(lambda m, a, w=w: look(m, a, w))
+    y = model(torch.randn(8, 64, device="cuda"))
+    y.float().sum().backward()
+    assert len(seen) == 2 and model[0].weight.grad is not None
+    assert handle.stats()["calls"] >= 2
+    qt.synchronize()
+
+
+@pytest.mark.skipif(not dist.is_nccl_available(), reason="torch without NCCL")
+def test_keep_encoded_on_cuda_gathers_to_mx_of_the_weight():
+    run_ranks(1, _keep_encoded_on_cuda, timeout=180)

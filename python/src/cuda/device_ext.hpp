@@ -96,6 +96,15 @@ class device_policy {
                               call_options options) = 0;
   virtual void all_reduce(device_group_communicator& comm, element e, void* data, std::size_t count,
                           reduce_op op, cudaStream_t stream, call_options options) = 0;
+  /// qsdp::all_gather_encoded (the device form) into `elements` and `scales`; the policies without
+  /// the block-scaled layout throw qsdp::error.
+  virtual void all_gather_encoded(device_group_communicator& comm, element e, const void* send,
+                                  std::byte* elements, std::uint8_t* scales, std::size_t count,
+                                  cudaStream_t stream) = 0;
+  /// qsdp::unpack_block_scaled (the device form) of a packet of this policy into `elements` and
+  /// `scales`, on the stream; the policies without the block-scaled layout throw qsdp::error.
+  virtual void unpack_block_scaled(const std::byte* packet, std::size_t count, std::byte* elements,
+                                   std::uint8_t* scales, cudaStream_t stream) = 0;
 };
 
 /// families.hpp's make_named over the device factories below.

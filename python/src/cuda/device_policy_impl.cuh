@@ -61,7 +61,36 @@ class device_policy_impl final : public device_policy {
     });
   }
 
+  void all_gather_encoded(device_group_communicator& comm, element e, const void* send,
+                          std::byte* elements, std::uint8_t* scales, std::size_t count,
+                          cudaStream_t stream) override {
+    if constexpr (detail::block_scaled_layout_policy<Q>) {
+      with_element(e, [&]<class T>() {
+        qsdp::all_gather_encoded(comm, q_, static_cast<const T*>(send), {elements, scales}, count,
+                                 stream);
+      });
+    } else {
+      (void)comm, (void)e, (void)send, (void)elements, (void)scales, (void)count, (void)stream;
+      throw not_block_scaled("qsdp.torch.all_gather_encoded");
+    }
+  }
+  void unpack_block_scaled(const std::byte* packet, std::size_t count, std::byte* elements,
+                           std::uint8_t* scales, cudaStream_t stream) override {
+    if constexpr (detail::block_scaled_layout_policy<Q>) {
+      qsdp::unpack_block_scaled(q_, packet, count, {elements, scales}, stream);
+    } else {
+      (void)packet, (void)count, (void)elements, (void)scales, (void)stream;
+      throw not_block_scaled("qsdp.torch.fsdp.keep_encoded");
+    }
+  }
+
  private:
+  qsdp::error not_block_scaled(const std::string& where) const {
+    return qsdp::error(where + ": policy " + name() +
+                       " has no block-scaled layout; expected an MX policy (qt.mxfp8, qt.mxfp6, "
+                       "qt.mxfp4; not rotated)");
+  }
+
   Q q_;
 };
 

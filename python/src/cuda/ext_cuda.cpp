@@ -107,6 +107,21 @@ NB_MODULE(_ext_cuda, m) {
              p.decode(static_cast<element>(e), bytes(packet), count, address(dst),
                       stream_from(stream));
            })
+      .def("all_gather_encoded",
+           [](device_policy& p, device_group_communicator& comm, int e, std::uintptr_t send,
+              std::uintptr_t elements, std::uintptr_t scales, std::size_t count,
+              std::uintptr_t stream) {
+             comm.use_stream(stream_from(stream));
+             p.all_gather_encoded(comm, static_cast<element>(e), address(send), bytes(elements),
+                                  reinterpret_cast<std::uint8_t*>(scales), count,
+                                  stream_from(stream));
+           })
+      .def("unpack_block_scaled",
+           [](device_policy& p, std::uintptr_t packet, std::size_t count, std::uintptr_t elements,
+              std::uintptr_t scales, std::uintptr_t stream) {
+             p.unpack_block_scaled(bytes(packet), count, bytes(elements),
+                                   reinterpret_cast<std::uint8_t*>(scales), stream_from(stream));
+           })
       .def("all_gather",
            [](device_policy& p, device_group_communicator& comm, int e, std::uintptr_t send,
               std::uintptr_t recv, std::size_t count, std::uintptr_t stream,
