@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The FSDP2 tables of docs/benchmarks: examples/torch_fsdp2/train.py under torchrun on 4 CPU
 # processes, once per run (fp32, w8g8, w4g4, w4g4d, the wire-only ideals wire8, wire4, and on
-# request mx8, mx4d, nv4d), the same model, weights and data order; one CSV of losses per run, the
+# request mx8, mx4d, nv4d, mx8e, mx4e), the same model, weights and data order; one CSV of losses per run, the
 # tables (markdown) on stdout -- losses and step times, then where each step's time goes and each
 # compressed run's speedup as a fraction of its wire-only ideal's -- and a PNG of the curves.
 #
@@ -59,6 +59,8 @@ declare -A what=(
   [mx8]="mxfp8<e4m3>|mxfp8<e4m3, stochastic>"
   [mx4d]="mxfp4 of differences|hadamard<mxfp4<stochastic>>"
   [nv4d]="nvfp4 of differences|hadamard<nvfp4<stochastic>>"
+  [mx8e]="mxfp8<e4m3>, kept encoded (MX linear)|mxfp8<e4m3, stochastic>"
+  [mx4e]="mxfp4, kept encoded (MX linear)|hadamard<mxfp4<stochastic>>"
   [wire8]="w8g8's bytes, no codec|w8g8's bytes, no codec"
   [wire4]="w4g4's bytes, no codec|w4g4's bytes, no codec"
 )

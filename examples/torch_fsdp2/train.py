@@ -16,6 +16,10 @@ gradients (qt.fsdp.compress). Run it with torchrun:
     mx8    weights mxfp8<e4m3>, gradients mxfp8<e4m3, stochastic> (blocks of 32)
     mx4d   weights as mxfp4 differences, gradients hadamard<mxfp4<stochastic>> (blocks of 32)
     nv4d   weights as nvfp4 differences, gradients hadamard<nvfp4<stochastic>> (blocks of 16)
+    mx8e   the linear layers' weights gathered and kept mxfp8<e4m3>-encoded (qt.fsdp.keep_encoded):
+           each layer computes as torchao's MX linear, its input cast to MXFP8 too; gradients
+           mxfp8<e4m3, stochastic>
+    mx4e   the same with mxfp4 weights and inputs; gradients hadamard<mxfp4<stochastic>>
     wire8  the wire-only ideal of w8g8: every collective moves, uncompressed, exactly the bytes
            w8g8's packets take, and nothing is encoded or decoded; the weights each rank gathers
            are its own shard repeated, so its losses mean nothing: only its step time, which
@@ -52,7 +56,7 @@ from torch.distributed.fsdp import fully_shard
 
 import qsdp.torch as qt
 
-RUNS = ("fp32", "w8g8", "w4g4", "w4g4d", "mx8", "mx4d", "nv4d", "wire8", "wire4")
+RUNS = ("fp32", "w8g8", "w4g4", "w4g4d", "mx8", "mx4d", "nv4d", "mx8e", "mx4e", "wire8", "wire4")
 
 
 class Timed:
@@ -283,6 +287,8 @@ def main():
     torch.manual_seed(args.seed)  # the same initial weights on every rank and in every run
     model = GPT(96, args.context, args.width, args.layers, args.heads)
     parameters = sum(p.numel() for p in model.parameters())
+    if args.compress in ("mx8e", "mx4e"):  # before fully_shard, which shards what it wraps
+        qt.fsdp.keep_encoded(model, qt.mxfp8() if args.compress == "mx8e" else qt.mxfp4())
     mesh = init_device_mesh("cpu", (world,))
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
@@ -307,6 +313,11 @@ def main():
         handle = qt.fsdp.compress(model, weights=fp4(),
                                   grads=qt.hadamard(fp4(rounding="stochastic", seed=12)),
                                   weight_deltas=True)
+    elif args.compress in ("mx8e", "mx4e"):
+        # identity: the hooks count and time every gather; the encoded weights go as they are
+        grads = qt.mxfp8(rounding="stochastic", seed=12) if args.compress == "mx8e" else \
+            qt.hadamard(qt.mxfp4(rounding="stochastic", seed=12))
+        handle = qt.fsdp.compress(model, weights=qt.identity(), grads=grads)
     plain = Timed()
     if args.compress == "fp32":
         time_plain_collectives(model, plain)

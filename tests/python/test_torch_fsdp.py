@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """qt.fsdp.compress on FSDP2 (fully_shard) over 4 gloo processes: the hooks run, bytes fall about 4x
 at 8 bits, training follows the uncompressed run, a mixed-dtype buffer is split into its tensors
-and compressed, small buffers are gated and counted, and bad arguments raise."""
+and compressed, small buffers are gated and counted, and bad arguments raise; keep_encoded says why
+not where torchao's MX formats do not import (its own tests: test_torch_fsdp_encoded.py)."""
+import sys
+
 import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+import qsdp
 import qsdp.torch as qt
 from conftest import run_ranks
 
@@ -197,3 +201,11 @@ def test_buffers_below_the_size_gate_go_exactly_and_are_counted():
 
 def test_compress_refuses_bad_arguments():
     run_ranks(2, _bad_arguments)
+
+
+def test_keep_encoded_says_why_not_without_torchao(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao.prototype.mx_formats.mx_tensor", None)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    with pytest.raises(qsdp.Error, match="torchao's MX formats do not import here"):
+        qt.fsdp.keep_encoded(model, qt.mxfp8())
+    assert type(model[0].weight) is torch.nn.Parameter  # nothing wrapped

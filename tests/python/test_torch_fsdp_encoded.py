@@ -115,7 +115,7 @@ def _layers_see_to_mx_of_the_whole_weight(rank, world):
 
 
 def _training_follows_the_uncompressed_run(rank, world):
-    def train(model, steps=40):
+    def train(model, steps=30):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         g = torch.Generator().manual_seed(5)
         teacher = torch.randn(64, 64, generator=g) / 8
