@@ -70,8 +70,8 @@ class _Encoding:
 
 class ShardedMXWeight(torch.Tensor):
     """A weight (or FSDP's shard of it) that FSDP2 all-gathers MX-encoded. It behaves as its
-    full-precision values (`values`) for every operation (the optimizer's included); FSDP's gather
-    sends its elements and scales instead of those values."""
+    full-precision values for every operation (the optimizer's included); FSDP's gather sends its
+    elements and scales instead of those values."""
 
     @staticmethod
     def __new__(cls, values: torch.Tensor, encoding: _Encoding):
@@ -81,7 +81,7 @@ class ShardedMXWeight(torch.Tensor):
             requires_grad=values.requires_grad)
 
     def __init__(self, values: torch.Tensor, encoding: _Encoding):
-        self.values = values
+        self._values = values
         self._encoding = encoding
 
     def __repr__(self) -> str:
@@ -95,7 +95,7 @@ class ShardedMXWeight(torch.Tensor):
         def unwrap(t):
             nonlocal encoding
             encoding = encoding or t._encoding
-            return t.values
+            return t._values
 
         args, kwargs = pytree.tree_map_only(ShardedMXWeight, unwrap, (args, kwargs or {}))
         out = func(*args, **kwargs)
@@ -105,14 +105,14 @@ class ShardedMXWeight(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         # A checkpoint holds the weight's values; the policy is the program's, not the file's.
-        return self.values.__reduce_ex__(protocol)
+        return self._values.__reduce_ex__(protocol)
 
     def __tensor_flatten__(self):
-        return ["values"], {"encoding": self._encoding}
+        return ["_values"], {"encoding": self._encoding}
 
     @staticmethod
     def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
-        return ShardedMXWeight(inner["values"], meta["encoding"])
+        return ShardedMXWeight(inner["_values"], meta["encoding"])
 
     def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
         """This rank's shard encoded: (elements, scales), uint8 rows of the shard's rows."""
@@ -127,7 +127,7 @@ class ShardedMXWeight(torch.Tensor):
                              "(FSDP pads uneven shards, and the padding of an encoded shard "
                              "would not be its layout's)")
         start = time.perf_counter()
-        values = self.values
+        values = self._values
         if mp_policy is not None and mp_policy.param_dtype is not None:
             values = values.to(mp_policy.param_dtype)
         elements, scales = enc.codec.encode_block_scaled(enc.policy, values)

@@ -4,6 +4,8 @@ gathered weights as torchao MXTensors that are MXTensor.to_mx of the whole weigh
 decode on the way), their forward is torchao's MX linear on those bytes, the gradients are the
 straight-through ones, training follows the uncompressed run, the gather's bytes are the encoded
 ones, and misuse raises on every rank. Skipped where torchao is not installed."""
+import io
+
 import pytest
 import torch
 import torch.nn as nn
@@ -135,6 +137,15 @@ def _training_follows_the_uncompressed_run(rank, world):
     handle = qt.fsdp.compress(_shard(model, world), grads=qt.mxfp8(rounding="stochastic", seed=3),
                               min_compressed_bytes=0)
     encoded = train(model)
+    # checkpoints: the shards' values, saved as plain tensors, load back into the wrapped shards
+    saved = io.BytesIO()
+    torch.save(model.state_dict(), saved)
+    saved.seek(0)
+    state = torch.load(saved, weights_only=False)
+    assert type(state["0.weight"].to_local()) is torch.Tensor
+    assert torch.equal(state["0.weight"].to_local(), model[0].weight.to_local() * 1)
+    model.load_state_dict(state)
+    assert isinstance(model[0].weight.to_local(), qt.fsdp.ShardedMXWeight)
     assert encoded[-1] < 0.5 * encoded[0]
     assert abs(encoded[-1] - plain[-1]) <= 0.1 * plain[-1], (encoded[-1], plain[-1])
     assert handle.stats()["reduce_scatter"]["calls"] > 0
