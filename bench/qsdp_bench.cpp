@@ -48,6 +48,25 @@
 
 using namespace qsdp_bench;
 
+namespace {
+
+/// The host backends for --dtype, of the element types this build has (CMake's QSDP_BENCH_DTYPES).
+void run_host(const options& o) {
+#if QSDP_BENCH_HOST_FLOAT
+  if (o.dtype == "float") return run_host_float(o);
+#endif
+#if QSDP_BENCH_HOST_BF16
+  if (o.dtype == "bf16") return run_host_bf16(o);
+#endif
+#if QSDP_BENCH_HOST_HALF
+  if (o.dtype == "half") return run_host_half(o);
+#endif
+  usage_error("--dtype " + o.dtype + ": not built into this qsdp-bench (it has " +
+              QSDP_BENCH_DTYPES_BUILT + "; CMake's QSDP_BENCH_DTYPES)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
 #if QSDP_BENCH_MPI
   // MPI for --backend mpi, and for --backend nccl when started by mpirun (one process per GPU).
@@ -83,12 +102,7 @@ int main(int argc, char** argv) {
       run_nccl(o, group);
 #endif
     } else {
-      if (o.dtype == "float")
-        run_host_float(o);
-      else if (o.dtype == "bf16")
-        run_host_bf16(o);
-      else
-        run_host_half(o);
+      run_host(o);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
