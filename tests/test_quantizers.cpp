@@ -491,4 +491,8 @@ TEST_CASE("random_shift's grids from packed codes are grid_decode's floats (host
   qsdp_test::check_packed_fraction_decode<4>();
 }
 
+TEST_CASE("stochastic block-scaled policies' encode_drawn is encode (host spelling)") {
+  qsdp_test::check_encode_drawn_of_every_policy();
+}
+
 TEST_SUITE_END();

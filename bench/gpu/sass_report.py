@@ -23,7 +23,8 @@ a conditional branch back; of several such loops, the one with the widest stores
 have one for 16-byte aligned output and one for skewed output, reported as `decode skewed`) is one
 path through its blocks. Of all paths the script takes the one that (1) enters the counted inner
 loop, if the kernel has one, (2) makes the most stores of the loop's widest store width, (3) the
-widest global loads (width counts as bytes - 1 per load), (4) the most value conversions, and (5)
+widest global loads (width counts as bytes - 1 per load), (4) the most value conversions
+(conversion instructions, and arithmetic rounded toward an infinity or zero), and (5)
 issues the fewest instructions. So byte-wise loads (what the unaligned and cut-tail paths do) and
 narrower stores (a lane's metadata bytes, the 2-byte stores that end a run of skewed decode spans)
 are no work: the path found is the full-group vector path, not a cut tail's, a flagged bucket's, a
@@ -87,8 +88,9 @@ POLICIES = {  # name: (metadata bytes, randomized encode, lowest bits)
 BITS = (8, 4, 2)
 # The OCP Microscaling policies (quantizers.hpp, mx<Element, R>): one E8M0 byte per block of 32,
 # which the span kernels take with one thread per block; blocks of 32 never take the decoders'
-# shuffled table. Their decoders are budgeted as the grid policies'; their encoders and fused
-# reduce-scatter decoders are reported, not budgeted (docs/benchmarks/gpu.md: how far they are).
+# shuffled table. Their decoders and stochastic encoders are budgeted as the grid policies'; their
+# round-to-nearest encoders and fused reduce-scatter decoders are reported, not budgeted
+# (docs/benchmarks/gpu.md: how far they are).
 # The round-to-nearest encode converts nothing, so rule (4) cannot tell its path from a flagged
 # bucket's, which skips the encoding: that figure is a lower bound (marked `*`).
 # NVFP4 (nvfp4<R>: an E4M3 byte per block and a tensor scale per packet, which each kernel loads
@@ -181,9 +183,10 @@ class Kernel:
         return self.ranks * code + size  # reduce-scatter: per output value
 
     def budget(self) -> float | None:
-        if self.policy in MX_POLICIES and (self.kind not in ("decode", "decode-accumulate")
-                                           or self.policy.startswith("nvfp4")):
-            return None
+        if self.policy in MX_POLICIES:
+            budgeted = ("decode", "decode-accumulate") + (("encode",) if self.randomized() else ())
+            if self.kind not in budgeted or self.policy.startswith("nvfp4"):
+                return None
         if self.kind == "encode":
             key = "encode_randomized" if self.randomized() else "encode"
         elif self.kind == "decode":
@@ -415,6 +418,14 @@ class Instr:
     def base(self) -> str:
         return self.opcode.split(".")[0]
 
+    @property
+    def converts(self) -> bool:
+        """A value conversion: a conversion instruction, or floating-point arithmetic rounded in a
+        direction (the stochastic block-scaled encoders round with FFMA.RP)."""
+        if self.base in CONVERSION:
+            return True
+        return self.base in FP32 and bool({"RP", "RM", "RZ"} & set(self.opcode.split(".")[1:]))
+
     def branch_target(self) -> int | None:
         if self.base not in ("BRA",):
             return None
@@ -519,7 +530,7 @@ def count_of(instrs: list[Instr]) -> PathCount:
     for i in instrs:
         p.instructions += 1
         p.by_class[classify(i)] += 1
-        if i.base in CONVERSION:
+        if i.converts:
             p.conversions += 1
         nbytes = i.global_bytes()
         if nbytes:

@@ -277,6 +277,7 @@ inline constexpr std::uint8_t mx_first_wire_id = 6;
   static constexpr std::uint8_t wire_id = detail::mx_first_wire_id + Element::mx_index;            \
   static constexpr const char* name = randomized ? Element::mx_stochastic_name : Element::mx_name; \
   using element_format = Element;                                                                  \
+  static constexpr bool fit_reads_abs_max = true; /**< fit reads bucket_stats::abs_max alone */    \
                                                                                                    \
   std::size_t bucket_size = 32; /**< values per block, >= 1 (the OCP spec's block is 32) */        \
                                                                                                    \
@@ -328,6 +329,14 @@ struct mx<Element, rounding::stochastic> {
   QSDP_DETAIL_MX_MEMBERS(Element, rounding::stochastic)
   std::uint64_t seed = 0;  ///< the seed of its random numbers (Philox)
   call_counter calls{};    ///< the index of its next encode call
+  /// encode(x, m, u) of a finite x in a block whose scale m is fit's, taking the 16-bit half
+  /// whose draw u is (the kernels' path; such an x never saturates); without Signed, that of |x|.
+  template <bool Signed = true>
+  QSDP_HOST_DEVICE std::uint32_t encode_drawn(float x, const meta_type& m,
+                                              std::uint32_t half) const {
+    return detail::minifloat_encode_drawn<Element, false, Signed>(
+        x, detail::mx_element_scale(int{m} - detail::e8m0_bias), half);
+  }
 };
 
 #undef QSDP_DETAIL_MX_MEMBERS
@@ -355,6 +364,7 @@ inline constexpr std::uint8_t nvfp4_wire_id = 11;
   static constexpr bool randomized = R == rounding::stochastic;                                   \
   static constexpr std::uint8_t wire_id = detail::nvfp4_wire_id;                                  \
   static constexpr const char* name = randomized ? "nvfp4<stochastic>" : "nvfp4";                 \
+  static constexpr bool fit_reads_abs_max = true; /**< fit reads bucket_stats::abs_max alone */   \
                                                                                                   \
   std::size_t bucket_size = 16; /**< values per block, >= 1 (NVFP4's block is 16) */              \
                                                                                                   \
@@ -416,6 +426,14 @@ struct nvfp4<rounding::stochastic> {
   QSDP_DETAIL_NVFP4_MEMBERS(rounding::stochastic)
   std::uint64_t seed = 0;  ///< the seed of its random numbers (Philox)
   call_counter calls{};    ///< the index of its next encode call
+  /// encode(x, m, u) of a finite x, taking the 16-bit half whose draw u is (the kernels' path);
+  /// without Signed, that of |x|.
+  template <bool Signed = true>
+  QSDP_HOST_DEVICE std::uint32_t encode_drawn(float x, const meta_type& m,
+                                              std::uint32_t half) const {
+    return detail::minifloat_encode_drawn<e2m1, true, Signed>(
+        x, detail::nvfp4_encode_factor<e4m3>(tensor_meta, m), half);
+  }
 };
 
 #undef QSDP_DETAIL_NVFP4_MEMBERS

@@ -199,6 +199,16 @@ inline unsigned __vimin3_s16x2(unsigned a, unsigned b, unsigned c) {
 inline unsigned __vimax3_s16x2(unsigned a, unsigned b, unsigned c) {
   return qsdp_simt_s16x2(a, b, c, true);
 }
+/// Per 16-bit half, unsigned: the greatest of three (VIMNMX3.U16x2).
+inline unsigned __vimax3_u16x2(unsigned a, unsigned b, unsigned c) {
+  unsigned r = 0;
+  for (unsigned shift = 0; shift < 32; shift += 16) {
+    unsigned m = (a >> shift) & 0xFFFFu;
+    for (const unsigned w : {b, c}) m = std::max(m, (w >> shift) & 0xFFFFu);
+    r |= m << shift;
+  }
+  return r;
+}
 inline double __hiloint2double(int hi, int lo) {
   const std::uint64_t bits = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32) |
                              static_cast<std::uint32_t>(lo);
@@ -210,6 +220,18 @@ inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+/// fma.rp.f32: a * b + c rounded once, toward +infinity. The product is exact in double; the sum's
+/// rounding error comes from Knuth's two-sum, so the float above the exact result is known.
+inline float __fmaf_ru(float a, float b, float c) {
+  const double product = static_cast<double>(a) * static_cast<double>(b);
+  const double sum = product + static_cast<double>(c);
+  const double back = sum - product;
+  const double error = (product - (sum - back)) + (static_cast<double>(c) - back);
+  const float nearest = static_cast<float>(sum);
+  const double f = static_cast<double>(nearest);
+  if (std::isnan(sum) || std::isinf(sum)) return nearest;
+  return f < sum || (f == sum && error > 0.0) ? std::nextafter(nearest, INFINITY) : nearest;
 }
 /// (hi:lo) >> min(shift, 32), low word.
 inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned shift) {

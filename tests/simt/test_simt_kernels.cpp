@@ -30,6 +30,10 @@ TEST_CASE("device spellings: random_shift's grids from packed codes are grid_dec
   qsdp_test::check_packed_fraction_decode<4>();
 }
 
+TEST_CASE("device spellings: stochastic block-scaled policies' encode_drawn is encode") {
+  qsdp_test::check_encode_drawn_of_every_policy();
+}
+
 TEST_CASE("emulated kernels: uniform<8> writes the host's packets") { sweep(qsdp::uniform<8>{}); }
 
 TEST_CASE("emulated kernels: uniform<4> writes the host's packets") { sweep(qsdp::uniform<4>{}); }

@@ -5,11 +5,13 @@
 // (tests/simt/test_simt_kernels.cpp, device spelling), so both spellings meet the same checks.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -72,8 +74,9 @@ inline void check_quotient_is_the_division() {
   CHECK(checked > 3'000'000);
 }
 
-/// paired_stats16 gives partial_stats::add's statistics for the same 16-bit values (bf16 or half):
-/// random patterns (every exponent, NaN and inf included), one sign, ties, and -0 / +0.
+/// paired_stats16 gives partial_stats::add's statistics for the same 16-bit values (bf16 or half),
+/// and paired_abs_max16 their abs_max (as fit_bucket derives it) and finiteness: random patterns
+/// (every exponent, NaN and inf included), one sign, ties, and -0 / +0.
 template <bool Bf16>
 void check_paired_stats16() {
   using qsdp::detail::partial_stats;
@@ -96,11 +99,26 @@ void check_paired_stats16() {
       if (kind == 5) b = bits[0];  // all equal
     }
     qsdp::detail::paired_stats16<Bf16> paired;
+    qsdp::detail::paired_abs_max16<Bf16> top;
     partial_stats scalar;
     for (std::size_t i = 0; i < bits.size(); i += 4) {
-      paired.add(bits[i] | static_cast<std::uint32_t>(bits[i + 1]) << 16,
-                 bits[i + 2] | static_cast<std::uint32_t>(bits[i + 3]) << 16);
+      const std::uint32_t a = bits[i] | static_cast<std::uint32_t>(bits[i + 1]) << 16;
+      const std::uint32_t b = bits[i + 2] | static_cast<std::uint32_t>(bits[i + 3]) << 16;
+      paired.add(a, b);
+      top.add(a, b);
       for (std::size_t k = i; k < i + 4; ++k) scalar.add(to_float(bits[k]));
+    }
+    const partial_stats magnitudes = top.stats();
+    const auto abs_max = [](const partial_stats& p) {
+      return -p.min() < p.max() ? p.max() : -p.min();
+    };
+    if (magnitudes.finite() != scalar.finite() ||
+        (scalar.finite() && qsdp::detail::bit_cast<std::uint32_t>(abs_max(magnitudes)) !=
+                                qsdp::detail::bit_cast<std::uint32_t>(abs_max(scalar)))) {
+      FAIL_CHECK("trial " << trial << ": paired_abs_max16 abs_max " << abs_max(magnitudes)
+                          << " finite " << magnitudes.finite() << ", scalar " << abs_max(scalar)
+                          << " finite " << scalar.finite());
+      break;
     }
     const partial_stats got = paired.stats();
     if (got.lo != scalar.lo || got.hi != scalar.hi || got.finite() != scalar.finite()) {
@@ -183,6 +201,87 @@ void check_packed_fraction_decode() {
   CHECK(applied > 1500);
   CHECK(refused > 1000);
   CHECK(values == applied << B);
+}
+
+/// A stochastic block-scaled policy's encode_drawn (the kernels' integer steps) is its encode with
+/// the half's draw, bit for bit: random finite floats of every exponent under every scale that
+/// fits them (MX: at or above the exponent its fit gives; NVFP4, which saturates: any of its block
+/// scales), and values placed exactly on, just below and just above a draw's threshold between
+/// two neighbours (the one place the two spellings could part), in every binade, subnormal
+/// elements and the largest finite value included.
+template <class Q>
+void check_encode_drawn_is_encode(Q q) {
+  using namespace qsdp::detail;
+  std::mt19937_64 rng(2026120700 + Q::bits);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  std::size_t checked = 0, mismatches = 0;
+  const auto compare = [&](float x, std::uint8_t m, std::uint32_t half) {
+    if (!std::isfinite(x)) return;
+    ++checked;
+    const std::uint32_t want = q.encode(x, m, uniform_from_half(half));
+    const std::uint32_t got = q.encode_drawn(x, m, half);
+    if (want != got && ++mismatches <= 5)
+      FAIL_CHECK(std::string(Q::name) << ": x " << x << " meta " << int{m} << " half " << half
+                                      << ": encode " << want << ", encode_drawn " << got);
+  };
+  const auto as_float = [](std::uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+  };
+  // Every E8M0 byte but NaN's; NVFP4: the E4M3 block scales its fit gives, 2^-6 (0x08) .. 448.
+  const bool e4m3_scales = tensor_scaled<Q>();
+  const auto any_meta = [&] {
+    const std::uint32_t r = any_bits(rng);
+    return static_cast<std::uint8_t>(e4m3_scales ? 0x08 + r % (0x7F - 0x08) : r % 255);
+  };
+  for (int trial = 0; trial < 400000; ++trial) {
+    const float x = as_float(any_bits(rng));
+    std::uint8_t m = any_meta();
+    if constexpr (requires { typename Q::element_format; }) {  // at or above the fit's exponent
+      const int fit = mx_ceil_exponent<typename Q::element_format>(std::fabs(x)) + e8m0_bias;
+      m = static_cast<std::uint8_t>(std::min(254, fit + static_cast<int>(any_bits(rng) % 4)));
+    }
+    compare(x, m, any_bits(rng) & 0xFFFFu);
+  }
+  if constexpr (requires { typename Q::element_format; }) {
+    using F = typename Q::element_format;
+    constexpr std::uint32_t max_code = F::max_code;
+    for (int trial = 0; trial < 200000; ++trial) {
+      // Code c's value and the next: y = value + gap * u sits exactly on the draw u of half k.
+      const std::uint32_t c = any_bits(rng) % max_code;
+      const float low = minifloat_value<F>(c), high = minifloat_value<F>(c + 1);
+      const std::uint32_t k = any_bits(rng) & 0xFFFFu;
+      const float y = low + (high - low) * uniform_from_half(k);
+      const std::uint8_t m = any_meta();
+      const float to_x = 1.0f / mx_element_scale(int{m} - e8m0_bias);
+      std::uint32_t bits;
+      std::memcpy(&bits, &y, sizeof bits);
+      for (const std::uint32_t b : {bits - 1, bits, bits + 1}) {
+        const float x = as_float(b) * to_x * (trial % 2 ? -1.0f : 1.0f);
+        for (const std::uint32_t h : {k == 0 ? 0 : k - 1, k, k == 0xFFFF ? k : k + 1})
+          compare(x, m, h);
+      }
+      compare(minifloat_value<F>(max_code) * to_x, m, k);  // the largest finite value
+    }
+  }
+  INFO(checked << " codes compared");
+  CHECK(mismatches == 0);
+  CHECK(checked > 390000);
+}
+
+/// check_encode_drawn_is_encode for every stochastic block-scaled policy, NVFP4 at three tensor
+/// scales.
+inline void check_encode_drawn_of_every_policy() {
+  using qsdp::rounding;
+  check_encode_drawn_is_encode(qsdp::mxfp8<qsdp::e4m3, rounding::stochastic>{});
+  check_encode_drawn_is_encode(qsdp::mxfp8<qsdp::e5m2, rounding::stochastic>{});
+  check_encode_drawn_is_encode(qsdp::mxfp6<qsdp::e3m2, rounding::stochastic>{});
+  check_encode_drawn_is_encode(qsdp::mxfp6<qsdp::e2m3, rounding::stochastic>{});
+  check_encode_drawn_is_encode(qsdp::mxfp4<rounding::stochastic>{});
+  check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{});
+  check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 0x1p-100f});
+  check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 3.7e30f});
 }
 
 }  // namespace qsdp_test

@@ -28,10 +28,15 @@ namespace qsdp::detail {
 /// Values per group: one Philox block of 16-bit draws, `bits` bytes of packed codes.
 inline constexpr unsigned group_values = 8;
 
+/// The 16-bit half of value k (0..7) of a group whose Philox block is `block`.
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t group_half(const philox_block& block, unsigned k) {
+  const std::uint32_t word = block.v[k >> 1];
+  return (k & 1 ? word >> 16 : word) & 0xFFFFu;
+}
+
 /// The 16-bit draw of value k (0..7) of a group whose Philox block is `block`.
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float group_draw(const philox_block& block, unsigned k) {
-  const std::uint32_t word = block.v[k >> 1];
-  const std::uint32_t half = (k & 1 ? word >> 16 : word) & 0xFFFFu;
+  const std::uint32_t half = group_half(block, k);
 #if QSDP_DEVICE_SPELLING
   // uniform_from_half's (half + 1/2) * 2^-16, from bits: 1 + (half + 1/2) * 2^-16 has exactly
   // those 17 fraction bits, and subtracting 1 is exact. Two integer operations and an addition
@@ -85,6 +90,56 @@ inline constexpr bool encodes_on_grid = builtin_grid_id<Q>() &&
   { q.code_grid_for(m) } -> std::same_as<code_grid>;
 };
 
+/// Whether Q is a built-in policy whose encode_drawn takes a value's 16-bit half itself (the
+/// stochastic mx and nvfp4: the same codes as encode with the half's draw, in integer steps).
+template <class Q>
+inline constexpr bool encodes_drawn = randomized_elements<Q>() && wire_id<Q>() != 0 &&
+                                      requires(const Q& q, const typename Q::meta_type& m) {
+  { q.encode_drawn(0.0f, m, 0u) } -> std::same_as<std::uint32_t>;
+};
+
+/// q.encode of x, value k of a group whose Philox block is `block` (read by randomized policies
+/// only); x is finite, in a bucket whose metadata m is fit's.
+template <class Q>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t encode_value(const Q& q, float x,
+                                                              const typename Q::meta_type& m,
+                                                              const philox_block& block,
+                                                              unsigned k) {
+  if constexpr (encodes_drawn<Q>)
+    return q.encode_drawn(x, m, group_half(block, k));
+  else
+    return q.encode(x, m, randomized_elements<Q>() ? group_draw(block, k) : 0.0f);
+}
+
+/// The sign bits of a group's eight values where packed codes of B bits (4 or 8) hold them, bit B -
+/// 1 of each code: what encode_group_drawn adds to the codes of the values' magnitudes. On the
+/// device, byte permutes gather the floats' top bytes (a PRMT selector nibble of 8 and up
+/// replicates the selected byte's sign bit): one instruction per value, against a shift and a
+/// merge.
+template <int B, class W>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE W group_signs(const float* x) {
+  static_assert(B == 4 || B == 8);
+#if QSDP_DEVICE_SPELLING
+  const auto top = [&](unsigned i, unsigned j, unsigned selector) {
+    return __byte_perm(bit_cast<std::uint32_t>(x[i]), bit_cast<std::uint32_t>(x[j]), selector);
+  };
+  if constexpr (B == 4) {  // values 2k and 2k + 1 in byte k: signs at its bits 3 and 7
+    const std::uint32_t even = __byte_perm(top(0, 2, 0xFB), top(4, 6, 0xFB), 0x5410);
+    const std::uint32_t odd = __byte_perm(top(1, 3, 0xFB), top(5, 7, 0xFB), 0x5410);
+    return (even & 0x08080808u) | (odd & 0x80808080u);
+  } else {  // value k in byte k: its sign at bit 7
+    const std::uint32_t low = __byte_perm(top(0, 1, 0x73), top(2, 3, 0x73), 0x5410);
+    const std::uint32_t high = __byte_perm(top(4, 5, 0x73), top(6, 7, 0x73), 0x5410);
+    return (static_cast<W>(high) << 32 | low) & 0x8080808080808080u;
+  }
+#else
+  W signs = 0;
+  for (unsigned k = 0; k < group_values; ++k)
+    signs |= static_cast<W>(bit_cast<std::uint32_t>(x[k]) >> 31) << (k * B + B - 1);
+  return signs;
+#endif
+}
+
 /// encode_group's codes with the group's Philox block already drawn (read only by randomized
 /// policies). Codes
 /// of widths up to 4 are placed in 32 bits (a group's 8B bits fit, and what a contract-breaking
@@ -96,6 +151,17 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
                                                                     const philox_block& block) {
   using word_type = std::conditional_t<(Q::bits <= 4), std::uint32_t, std::uint64_t>;
   word_type word = 0;
+  if constexpr (encodes_drawn<Q> && (Q::bits == 4 || Q::bits == 8)) {
+    // The codes of the magnitudes (at most bits - 1 bits each: added), then the signs at once.
+    for (unsigned k = 0; k < group_values; ++k)
+      if (k < n)
+        word +=
+            static_cast<word_type>(q.template encode_drawn<false>(x[k], m, group_half(block, k)))
+            << (k * Q::bits);
+    const word_type signs = group_signs<Q::bits, word_type>(x);
+    return n < group_values ? word | (signs & ((word_type{1} << (n * Q::bits)) - 1u))
+                            : word | signs;
+  }
   for (unsigned k = 0; k < group_values; ++k) {
     if (k >= n) continue;
     std::uint32_t code;
@@ -106,8 +172,11 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
       // At most trunc(g.top) <= 2^bits - 1: the code fills its own field only, so adding it is
       // or-ing it, and a shift and an add fuse into one integer instruction on the device.
       word += static_cast<word_type>(code) << (k * Q::bits);
+    } else if constexpr (encodes_drawn<Q>) {
+      // A code of at most `bits` bits (sign included): added, like the grid codes above.
+      word += static_cast<word_type>(encode_value(q, x[k], m, block, k)) << (k * Q::bits);
     } else {
-      code = q.encode(x[k], m, randomized_elements<Q>() ? group_draw(block, k) : 0.0f);
+      code = encode_value(q, x[k], m, block, k);
       word |= static_cast<word_type>(static_cast<std::uint8_t>(code)) << (k * Q::bits);
     }
   }
@@ -219,8 +288,7 @@ QSDP_HOST_DEVICE void encode_group_general(const Q& q, const T* src, std::size_t
       m = load_meta<meta_type>(packet, l, b);
     }
     if (!flagged) {
-      const float u = randomized_elements<Q>() ? group_draw(block, k) : 0.0f;
-      word |= place_code<Q::bits>(q.encode(load_value(src, i), m, u), k);
+      word |= place_code<Q::bits>(encode_value(q, load_value(src, i), m, block, k), k);
     }
   }
   store_group_bytes(packet + l.codes_offset + g * Q::bits, word,

@@ -94,6 +94,10 @@ QSDP_HOST_DEVICE inline float e8m0_value(std::uint8_t byte) {
   return bit_cast<float>(byte == 0 ? 0x00400000u : std::uint32_t{byte} << 23);
 }
 
+/// 2^-e (e in -127..127) as a float, exact: what an MX block's values are multiplied by before
+/// rounding to elements.
+QSDP_HOST_DEVICE inline float mx_element_scale(int e) { return e8m0_value(e8m0_byte(-e)); }
+
 /// The code of x / 2^e in element format F: sign bit, then exponent and mantissa fields. Rounds to
 /// the nearest element (ties to an even mantissa) or, with Stochastic, up with probability equal
 /// to the distance from the lower neighbour in units of their gap (u, a draw of the codec's, is
@@ -116,7 +120,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e
   // Bounds y / gap for the conversion; a value this large (or NaN, or infinity) gives more steps
   // than any binade holds, so its code clamps to the largest finite element below.
   constexpr float steps_limit = static_cast<float>(1u << (mbits + 2));
-  const float y = fabsf(x) * e8m0_value(e8m0_byte(-e));  // 2^-e, e in -127..127: exact
+  const float y = fabsf(x) * mx_element_scale(e);
   // floor(log2 y) from its exponent field (-127 for 0 and subnormals), kept within the element's
   // binades; the grid's gap there is 2^(binade - mbits).
   const int y_log2 = static_cast<int>(bit_cast<std::uint32_t>(y) >> 23) - 127;
@@ -196,6 +200,60 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
   constexpr std::uint32_t codes = 1u << (1 + F::exponent_bits + F::mantissa_bits);
   return element_values<F>.v[code & (codes - 1)];
 #endif
+}
+
+/// The code minifloat_encode<F, true> gives a finite x whose scaled magnitude is y = |x| * scale
+/// (MX: scale = mx_element_scale(e); NVFP4: its encode factor), with the draw u = (half + 1/2) *
+/// 2^-16 (uniform_from_half of the codec's 16-bit half), in integer steps: the kernels' spelling
+/// of stochastic rounding, with no conversion instruction and no per-binade arithmetic.
+///
+/// Saturate clamps y to F's largest finite value first (a value past it encodes as it either way,
+/// and then no rounding goes past it); without it y must be at most that value, as it is in a
+/// block whose shared exponent is the stochastic MX fit's (mx_ceil_exponent). An element
+/// subnormal (y below 2^lowest, the smallest normal) is moved to y / 2 + 2^(lowest - 1): one binade
+/// below, whose codes count from 0 in steps of half the subnormal gap, so that that float's bits
+/// count like a normal element's. The sum is rounded up: the ceiling below then sees the bits it
+/// drops. From there the bits W of the float are the element code (rebiased) above bit 23 - mbits
+/// and the position between the two neighbours, frac in [0, 1), below it. u < frac, the rule of
+/// minifloat_encode (ceil(gaps - u) > floor(gaps)), holds exactly when ceil(frac * 2^17) >= 2 *
+/// half + 2, so adding 2 * (2^16 - 1 - half) at the draw's 17th bit, and 2^spare - 1 below it (the
+/// ceiling of the spare bits), carries into the code exactly then. Without Signed the code is that
+/// of |x| (the caller places the signs).
+template <class F, bool Saturate, bool Signed = true>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode_drawn(float x, float scale,
+                                                                        std::uint32_t half) {
+  constexpr int mbits = F::mantissa_bits;
+  constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  constexpr int lowest_binade = 1 - F::bias;
+  constexpr int fraction_bits = 23 - mbits;       // below an element's mantissa in a float's
+  constexpr int spare_bits = fraction_bits - 17;  // below the draw's 17 bits
+  static_assert(spare_bits >= 0 && lowest_binade > -126);
+  constexpr float largest = minifloat_value<F>(static_cast<std::uint32_t>(F::max_code));
+  constexpr float half_lowest =
+      bit_cast<float>(static_cast<std::uint32_t>(126 + lowest_binade) << 23);
+  float y = fabsf(x) * scale;
+  if constexpr (Saturate) y = fminf(y, largest);
+#if QSDP_DEVICE_SPELLING
+  // One fused, rounded-up operation, and a maximum: y / 2 + 2^(lowest - 1) <= y exactly when y >=
+  // 2^lowest, and then the rounded sum is still at most y.
+  const std::uint32_t w = bit_cast<std::uint32_t>(fmaxf(y, __fmaf_ru(y, 0.5f, half_lowest)));
+#else
+  // The same float from its bits: 2^(lowest - 1) plus y / 2 in units of that binade's last place,
+  // 2^(lowest - 24), rounded up (y * 2^(23 - lowest) is exact, and at most 2^23).
+  constexpr float to_units =
+      bit_cast<float>(static_cast<std::uint32_t>(127 + 23 - lowest_binade) << 23);
+  constexpr float lowest = bit_cast<float>(static_cast<std::uint32_t>(127 + lowest_binade) << 23);
+  const std::uint32_t moved = bit_cast<std::uint32_t>(half_lowest) +
+                              static_cast<std::uint32_t>(ceilf(fminf(y, lowest) * to_units));
+  const std::uint32_t own = bit_cast<std::uint32_t>(y);
+  const std::uint32_t w = own > moved ? own : moved;
+#endif
+  const std::uint32_t draw =
+      ((0xFFFFu - (half & 0xFFFFu)) << (spare_bits + 1)) + ((1u << spare_bits) - 1u);
+  const std::uint32_t magnitude =
+      ((w + draw) >> fraction_bits) - (static_cast<std::uint32_t>(127 - F::bias) << mbits);
+  if constexpr (!Signed) return magnitude;
+  return ((bit_cast<std::uint32_t>(x) >> 31) << (bits - 1)) | magnitude;
 }
 
 // NVFP4 (NVIDIA's 4-bit format, as torchao's NVFP4Tensor computes it): E2M1 elements, an E4M3 scale

@@ -132,6 +132,16 @@ consteval bool rotated() {
     return false;
 }
 
+/// Whether Q's fit reads bucket_stats::abs_max alone (Q::fit_reads_abs_max: the block-scaled float
+/// policies): the kernels then gather only the largest magnitude.
+template <class Q>
+consteval bool fit_reads_abs_max() {
+  if constexpr (requires { Q::fit_reads_abs_max; })
+    return Q::fit_reads_abs_max;
+  else
+    return false;
+}
+
 /// Whether Q's wire id is that of a built-in grid policy (uniform, stochastic, symmetric,
 /// random_shift), alone or inside hadamard<>: the codec's fast paths evaluate those grids.
 template <class Q>

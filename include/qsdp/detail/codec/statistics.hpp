@@ -141,6 +141,47 @@ struct paired_stats16 {
   }
 };
 
+/// Per 16-bit half, unsigned: the greatest of a, b and c (VIMNMX3.U16x2 on sm_90).
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t max3_u16x2(std::uint32_t a, std::uint32_t b,
+                                                            std::uint32_t c) {
+#if QSDP_DEVICE_SPELLING
+  return __vimax3_u16x2(a, b, c);
+#else
+  std::uint32_t r = 0;
+  for (unsigned shift = 0; shift < 32; shift += 16) {
+    std::uint32_t m = (a >> shift) & 0xFFFFu;
+    for (const std::uint32_t w : {b, c})
+      m = ((w >> shift) & 0xFFFFu) > m ? (w >> shift) & 0xFFFFu : m;
+    r |= m << shift;
+  }
+  return r;
+#endif
+}
+
+/// For a policy whose fit reads abs_max alone (fit_reads_abs_max): the largest magnitude M of
+/// 16-bit floats read as packed pairs of bit patterns (magnitudes order as their patterns, NaN and
+/// infinity above every finite one), one instruction per two values after the mask. stats() gives
+/// the statistics of -M and M: the abs_max and finiteness partial_stats::add gives the values
+/// themselves, not their least and greatest.
+template <bool Bf16>
+struct paired_abs_max16 {
+  std::uint32_t top = 0;  // per half
+
+  /// Four values: two words of two.
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE void add(std::uint32_t a, std::uint32_t b) {
+    top = max3_u16x2(top, a & 0x7FFF7FFFu, b & 0x7FFF7FFFu);
+  }
+  QSDP_HOST_DEVICE QSDP_FORCE_INLINE partial_stats stats() const {
+    const std::uint32_t low = top & 0xFFFFu, high = top >> 16;
+    const auto bits = static_cast<std::uint16_t>(low > high ? low : high);
+    const float m = Bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
+    partial_stats p;
+    p.add(m);
+    p.add(-m);
+    return p;
+  }
+};
+
 /// A finite bucket's metadata, exactly as the host codec computes it (same abs_max, same draw).
 template <class Q>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE typename Q::meta_type fit_bucket(

@@ -273,12 +273,14 @@ __device__ QSDP_FORCE_INLINE void load_span_aligned(const T* p, float (&v)[span_
 }
 
 /// The same, with the values' statistics: a 16-bit T's from the bit patterns as loaded, two values
-/// at a time (paired_stats16: about 1.5 instructions per value against 5 for partial_stats::add).
-template <class T>
+/// at a time (paired_stats16: about 1.5 instructions per value against 5 for partial_stats::add;
+/// AbsMax, for a policy whose fit reads abs_max alone: paired_abs_max16, about 0.75).
+template <class T, bool AbsMax>
 __device__ QSDP_FORCE_INLINE partial_stats load_span_aligned_stats(const T* p,
                                                                    float (&v)[span_values]) {
   if constexpr (sizeof(T) == 2) {
-    paired_stats16<element_traits<T>::tag == element_type::bf16> stats;
+    constexpr bool bf16 = element_traits<T>::tag == element_type::bf16;
+    std::conditional_t<AbsMax, paired_abs_max16<bf16>, paired_stats16<bf16>> stats;
     QSDP_UNROLL
     for (unsigned g = 0; g < span_values / group_values; ++g) {
       const uint4 w = __ldg(reinterpret_cast<const uint4*>(p + g * group_values));
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(fast_encode_block)
     partial_stats p;
     if (first + span_values <= count) {
       if constexpr (SrcAligned) {
-        p = load_span_aligned_stats(src + first, v);
+        p = load_span_aligned_stats<T, fit_reads_abs_max<Q>()>(src + first, v);
       } else {  // a chunk off a 16-byte boundary (whole elements): element by element
         QSDP_UNROLL
         for (unsigned k = 0; k < span_values; ++k) {
