@@ -330,7 +330,12 @@ struct mx<Element, rounding::stochastic> {
   std::uint64_t seed = 0;  ///< the seed of its random numbers (Philox)
   call_counter calls{};    ///< the index of its next encode call
   /// encode(x, m, u) of a finite x in a block whose scale m is fit's, taking the 16-bit half
-  /// whose draw u is (the kernels' path; such an x never saturates); without Signed, that of |x|.
+  /// whose draw u is (the kernels' path; such an x never saturates).
+  /// @tparam Signed false: the code of |x|
+  /// @param x the value
+  /// @param m its block's scale, as fit gives it
+  /// @param half its 16-bit draw, 0..65535 (u = (half + 1/2) * 2^-16)
+  /// @return the element code
   template <bool Signed = true>
   QSDP_HOST_DEVICE std::uint32_t encode_drawn(float x, const meta_type& m,
                                               std::uint32_t half) const {
@@ -426,8 +431,12 @@ struct nvfp4<rounding::stochastic> {
   QSDP_DETAIL_NVFP4_MEMBERS(rounding::stochastic)
   std::uint64_t seed = 0;  ///< the seed of its random numbers (Philox)
   call_counter calls{};    ///< the index of its next encode call
-  /// encode(x, m, u) of a finite x, taking the 16-bit half whose draw u is (the kernels' path);
-  /// without Signed, that of |x|.
+  /// encode(x, m, u) of a finite x, taking the 16-bit half whose draw u is (the kernels' path).
+  /// @tparam Signed false: the code of |x|
+  /// @param x the value
+  /// @param m its block's E4M3 scale
+  /// @param half its 16-bit draw, 0..65535 (u = (half + 1/2) * 2^-16)
+  /// @return the E2M1 code
   template <bool Signed = true>
   QSDP_HOST_DEVICE std::uint32_t encode_drawn(float x, const meta_type& m,
                                               std::uint32_t half) const {
