@@ -495,4 +495,8 @@ TEST_CASE("stochastic block-scaled policies' encode_drawn is encode (host spelli
   qsdp_test::check_encode_drawn_of_every_policy();
 }
 
+TEST_CASE("element codes decode to minifloat_value (host spelling)") {
+  qsdp_test::check_minifloat_decode_is_value();
+}
+
 TEST_SUITE_END();

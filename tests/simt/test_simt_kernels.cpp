@@ -34,6 +34,10 @@ TEST_CASE("device spellings: stochastic block-scaled policies' encode_drawn is e
   qsdp_test::check_encode_drawn_of_every_policy();
 }
 
+TEST_CASE("device spellings: element codes decode to minifloat_value") {
+  qsdp_test::check_minifloat_decode_is_value();
+}
+
 TEST_CASE("emulated kernels: uniform<8> writes the host's packets") { sweep(qsdp::uniform<8>{}); }
 
 TEST_CASE("emulated kernels: uniform<4> writes the host's packets") { sweep(qsdp::uniform<4>{}); }

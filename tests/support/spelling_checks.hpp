@@ -284,4 +284,33 @@ inline void check_encode_drawn_of_every_policy() {
   check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 3.7e30f});
 }
 
+/// minifloat_decode (the table on the host, minifloat_value_rescaled on the device) and
+/// minifloat_value_rescaled on either are minifloat_value, bit for bit, for every code of every
+/// element format (NaN as NaN).
+inline void check_minifloat_decode_is_value() {
+  using namespace qsdp::detail;
+  std::size_t checked = 0;
+  const auto same = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) ||
+           bit_cast<std::uint32_t>(a) == bit_cast<std::uint32_t>(b);
+  };
+  const auto check_format = [&](auto format) {
+    using F = decltype(format);
+    constexpr std::uint32_t codes = 1u << (1 + F::exponent_bits + F::mantissa_bits);
+    for (std::uint32_t c = 0; c < codes; ++c) {
+      const float want = minifloat_value<F>(c);
+      INFO(F::name << " code " << c);
+      CHECK(same(minifloat_decode<F>(c), want));
+      CHECK(same(minifloat_value_rescaled<F>(c), want));
+      ++checked;
+    }
+  };
+  check_format(qsdp::e4m3{});
+  check_format(qsdp::e5m2{});
+  check_format(qsdp::e3m2{});
+  check_format(qsdp::e2m3{});
+  check_format(qsdp::e2m1{});
+  CHECK(checked == 256 + 256 + 64 + 64 + 16);
+}
+
 }  // namespace qsdp_test

@@ -159,25 +159,25 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
             static_cast<word_type>(q.template encode_drawn<false>(x[k], m, group_half(block, k)))
             << (k * Q::bits);
     const word_type signs = group_signs<Q::bits, word_type>(x);
-    return n < group_values ? word | (signs & ((word_type{1} << (n * Q::bits)) - 1u))
-                            : word | signs;
-  }
-  for (unsigned k = 0; k < group_values; ++k) {
-    if (k >= n) continue;
-    std::uint32_t code;
-    if constexpr (encodes_on_grid<Q>) {
-      const code_grid g = q.code_grid_for(m);
-      code =
-          grid_code_at(g, x[k], randomized_elements<Q>() ? group_draw_offset(block, k) : g.offset);
-      // At most trunc(g.top) <= 2^bits - 1: the code fills its own field only, so adding it is
-      // or-ing it, and a shift and an add fuse into one integer instruction on the device.
-      word += static_cast<word_type>(code) << (k * Q::bits);
-    } else if constexpr (encodes_drawn<Q>) {
-      // A code of at most `bits` bits (sign included): added, like the grid codes above.
-      word += static_cast<word_type>(encode_value(q, x[k], m, block, k)) << (k * Q::bits);
-    } else {
-      code = encode_value(q, x[k], m, block, k);
-      word |= static_cast<word_type>(static_cast<std::uint8_t>(code)) << (k * Q::bits);
+    word |= n < group_values ? signs & ((word_type{1} << (n * Q::bits)) - 1u) : signs;
+  } else {
+    for (unsigned k = 0; k < group_values; ++k) {
+      if (k >= n) continue;
+      std::uint32_t code;
+      if constexpr (encodes_on_grid<Q>) {
+        const code_grid g = q.code_grid_for(m);
+        code = grid_code_at(g, x[k],
+                            randomized_elements<Q>() ? group_draw_offset(block, k) : g.offset);
+        // At most trunc(g.top) <= 2^bits - 1: the code fills its own field only, so adding it is
+        // or-ing it, and a shift and an add fuse into one integer instruction on the device.
+        word += static_cast<word_type>(code) << (k * Q::bits);
+      } else if constexpr (encodes_drawn<Q>) {
+        // A code of at most `bits` bits (sign included): added, like the grid codes above.
+        word += static_cast<word_type>(encode_value(q, x[k], m, block, k)) << (k * Q::bits);
+      } else {
+        code = encode_value(q, x[k], m, block, k);
+        word |= static_cast<word_type>(static_cast<std::uint8_t>(code)) << (k * Q::bits);
+      }
     }
   }
   return word;

@@ -191,11 +191,35 @@ inline constexpr auto element_values = [] {
   return t;
 }();
 
-/// The value of element code `code` of format F: minifloat_value, by table on the host.
+/// minifloat_value<F>(code) by one multiplication: the code's magnitude bits placed at a float's
+/// exponent and mantissa fields, with its sign, are the element times 2^(bias - 127) exactly (a
+/// subnormal element a subnormal float, whose scaling is the same), and 2^(127 - bias) rescales it
+/// exactly. Then F's NaN and infinity codes. (Subnormal operands: the device spelling; fast math,
+/// which flushes them, breaks the codec's bit identity anyway.)
+template <class F>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_value_rescaled(std::uint32_t code) {
+  constexpr int mbits = F::mantissa_bits;
+  constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  constexpr float rescale = bit_cast<float>(static_cast<std::uint32_t>(254 - F::bias) << 23);
+  const std::uint32_t magnitude = code & ((1u << (bits - 1)) - 1u);
+  const std::uint32_t sign = (code << (32 - bits)) & 0x80000000u;
+  float value = bit_cast<float>(sign | magnitude << (23 - mbits)) * rescale;
+  if constexpr (F::inf_code >= 0) {
+    if (magnitude == static_cast<std::uint32_t>(F::inf_code))
+      value = bit_cast<float>(sign | 0x7F800000u);
+    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) value = quiet_nan();
+  } else if constexpr (F::nan_code >= 0) {
+    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) value = quiet_nan();
+  }
+  return value;
+}
+
+/// The value of element code `code` of format F: minifloat_value, by table on the host and by
+/// minifloat_value_rescaled on the device.
 template <class F>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_decode(std::uint32_t code) {
 #if QSDP_DEVICE_SPELLING
-  return minifloat_value<F>(code);
+  return minifloat_value_rescaled<F>(code);
 #else
   constexpr std::uint32_t codes = 1u << (1 + F::exponent_bits + F::mantissa_bits);
   return element_values<F>.v[code & (codes - 1)];
