@@ -119,4 +119,12 @@ std::unique_ptr<Interface> make_named(const family_factories<Interface>& f,
                     (rotated ? "" : " or identity"));
 }
 
+/// The error of a layout call (`where`) on a policy (`policy`, its name) that has no block-scaled
+/// layout, host and device alike.
+inline qsdp::error not_block_scaled(const std::string& where, const std::string& policy) {
+  return qsdp::error(where + ": policy " + policy +
+                     " has no block-scaled layout; expected an MX policy (qt.mxfp8, qt.mxfp6, "
+                     "qt.mxfp4; not rotated)");
+}
+
 }  // namespace qsdp::python

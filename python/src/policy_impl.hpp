@@ -102,9 +102,7 @@ class policy_impl final : public policy {
 
  private:
   qsdp::error not_block_scaled(const std::string& where) const {
-    return qsdp::error(where + ": policy " + name() +
-                       " has no block-scaled layout; expected an MX policy (qt.mxfp8, qt.mxfp6, "
-                       "qt.mxfp4; not rotated)");
+    return python::not_block_scaled(where, name());
   }
 
   Q q_;
