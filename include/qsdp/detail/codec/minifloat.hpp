@@ -151,6 +151,22 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode(float x, int e
   return ((raw >> 31) << (bits - 1)) | out;
 }
 
+/// `value`, the finite reading of a code with magnitude bits `magnitude` and sign bit `sign` (at
+/// bit 31), replaced by infinity or NaN where F's code says so: E5M2's largest exponent field
+/// holds infinity and NaN, E4M3 has one NaN per sign and no infinity.
+template <class F>
+QSDP_HOST_DEVICE constexpr float with_special_codes(float value, std::uint32_t magnitude,
+                                                    std::uint32_t sign) {
+  if constexpr (F::inf_code >= 0) {
+    if (magnitude == static_cast<std::uint32_t>(F::inf_code))
+      value = bit_cast<float>(sign | 0x7F800000u);
+    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) value = quiet_nan();
+  } else if constexpr (F::nan_code >= 0) {
+    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) value = quiet_nan();
+  }
+  return value;
+}
+
 /// The value of element code `code` of format F (NaN and infinity codes where F has them), from
 /// its fields. Without branches: normal elements are the code's fields moved into a float's with
 /// the exponent rebiased, subnormal ones mantissa * 2^(1 - bias - mbits) (a normal float, so no
@@ -168,15 +184,8 @@ QSDP_HOST_DEVICE constexpr float minifloat_value(std::uint32_t code) {
       (magnitude << (23 - mbits)) + (static_cast<std::uint32_t>(127 - F::bias) << 23);
   const std::uint32_t subnormal =
       bit_cast<std::uint32_t>(static_cast<float>(mantissa) * subnormal_unit);
-  float value = bit_cast<float>(sign | ((magnitude >> mbits) != 0 ? normal : subnormal));
-  if constexpr (F::inf_code >= 0) {  // E5M2: the largest exponent field holds infinity and NaN
-    if (magnitude == static_cast<std::uint32_t>(F::inf_code))
-      value = bit_cast<float>(sign | 0x7F800000u);
-    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) value = quiet_nan();
-  } else if constexpr (F::nan_code >= 0) {  // E4M3: one NaN per sign, no infinity
-    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) value = quiet_nan();
-  }
-  return value;
+  const float value = bit_cast<float>(sign | ((magnitude >> mbits) != 0 ? normal : subnormal));
+  return with_special_codes<F>(value, magnitude, sign);
 }
 
 /// Every value of element format F, indexed by code (minifloat_value's): the host decodes by one
@@ -203,15 +212,8 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_value_rescaled(std::uint32_t 
   constexpr float rescale = bit_cast<float>(static_cast<std::uint32_t>(254 - F::bias) << 23);
   const std::uint32_t magnitude = code & ((1u << (bits - 1)) - 1u);
   const std::uint32_t sign = (code << (32 - bits)) & 0x80000000u;
-  float value = bit_cast<float>(sign | magnitude << (23 - mbits)) * rescale;
-  if constexpr (F::inf_code >= 0) {
-    if (magnitude == static_cast<std::uint32_t>(F::inf_code))
-      value = bit_cast<float>(sign | 0x7F800000u);
-    if (magnitude > static_cast<std::uint32_t>(F::inf_code)) value = quiet_nan();
-  } else if constexpr (F::nan_code >= 0) {
-    if (magnitude == static_cast<std::uint32_t>(F::nan_code)) value = quiet_nan();
-  }
-  return value;
+  const float value = bit_cast<float>(sign | magnitude << (23 - mbits)) * rescale;
+  return with_special_codes<F>(value, magnitude, sign);
 }
 
 /// The value of element code `code` of format F: minifloat_value, by table on the host and by
