@@ -491,12 +491,16 @@ TEST_CASE("random_shift's grids from packed codes are grid_decode's floats (host
   qsdp_test::check_packed_fraction_decode<4>();
 }
 
-TEST_CASE("stochastic block-scaled policies' encode_drawn is encode (host spelling)") {
-  qsdp_test::check_encode_drawn_of_every_policy();
+TEST_CASE("block-scaled policies' encode in integer steps is encode (host spelling)") {
+  qsdp_test::check_encode_in_steps_of_every_policy();
 }
 
 TEST_CASE("element codes decode to minifloat_value (host spelling)") {
   qsdp_test::check_minifloat_decode_is_value();
+}
+
+TEST_CASE("packed element codes read as scaled floats, NaN and infinity codes found") {
+  qsdp_test::check_packed_element_bits();
 }
 
 TEST_SUITE_END();

@@ -87,12 +87,11 @@ POLICIES = {  # name: (metadata bytes, randomized encode, lowest bits)
 }
 BITS = (8, 4, 2)
 # The OCP Microscaling policies (quantizers.hpp, mx<Element, R>): one E8M0 byte per block of 32,
-# which the span kernels take with one thread per block; blocks of 32 never take the decoders'
-# shuffled table. Their decoders and stochastic encoders are budgeted as the grid policies'; their
-# round-to-nearest encoders and fused reduce-scatter decoders are reported, not budgeted
-# (docs/benchmarks/gpu.md: how far they are).
-# The round-to-nearest encode converts nothing, so rule (4) cannot tell its path from a flagged
-# bucket's, which skips the encoding: that figure is a lower bound (marked `*`).
+# which the span kernels take with one thread per block (the round-to-nearest encoders in their
+# instantiation for spans that are whole buckets, which reduces nothing across lanes); blocks of 32
+# never take the decoders' shuffled table. Their kernels are budgeted as the grid policies'. (Their
+# round-to-nearest encode converts nothing, so rule (4) could not tell its path from a flagged
+# bucket's: it encodes every bucket, the flagged ones too, and has one path.)
 # NVFP4 (nvfp4<R>: an E4M3 byte per block and a tensor scale per packet, which each kernel loads
 # once) is reported at blocks of 32 too, the smallest the span kernels take ("nvfp4/32"; its own
 # blocks of 16 run the general kernels), and not budgeted.
@@ -184,7 +183,7 @@ class Kernel:
 
     def budget(self) -> float | None:
         if self.policy in MX_POLICIES:
-            budgeted = ("decode", "decode-accumulate") + (("encode",) if self.randomized() else ())
+            budgeted = ("encode", "decode", "decode-accumulate", "reduce-scatter")
             if self.kind not in budgeted or self.policy.startswith("nvfp4"):
                 return None
         if self.kind == "encode":
@@ -201,14 +200,14 @@ class Kernel:
 
 
 def span_kernels(policy: str, bits: int, q: str, shuffled: str, general: bool,
-                 encode_partial: bool = False) -> list[Kernel]:
+                 span_buckets: bool = False) -> list[Kernel]:
     """The span kernels of policy type `q` for both elements (encode, decode, decode skewed,
     reduce-scatter, decode-accumulate), with the general encode and decode kernels where
     `general`; `shuffled` is the decoders' shuffled-table template argument."""
     kernels = []
     for element, (ctype, _) in ELEMENTS.items():
         kernels.append(Kernel("encode", policy, bits, element,
-                              f"encode_spans_kernel<{q}, {ctype}, true>", partial=encode_partial))
+                              f"encode_spans_kernel<{q}, {ctype}, true, {str(span_buckets).lower()}>"))
         if general:
             kernels += [
                 Kernel("encode general (meta)", policy, bits, element,
@@ -247,7 +246,8 @@ def hot_kernels() -> list[Kernel]:
             shuffled = "true" if bits <= 4 and 32 % bits == 0 else "false"
             kernels += span_kernels(policy, bits, q, shuffled, general=True)
     for policy, (q, bits, randomized) in MX_POLICIES.items():
-        kernels += span_kernels(policy, bits, q, "false", general=False, encode_partial=not randomized)
+        kernels += span_kernels(policy, bits, q, "false", general=False,
+                                span_buckets=not randomized)
     for policy, bits in ROTATED:
         q = f"qsdp::hadamard<qsdp::{policy}<{bits}>>"
         for element, (ctype, _) in ELEMENTS.items():

@@ -295,9 +295,12 @@ inline constexpr std::uint8_t mx_first_wire_id = 6;
   QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {              \
     return detail::minifloat_encode<Element, randomized>(x, int{m} - detail::e8m0_bias, u);        \
   }                                                                                                \
-  /** element * scale in float: exact unless it falls below float's normal range. */               \
+  /** What the block's elements are multiplied by: its scale, 2^(m - 127) (NaN for 0xFF). */       \
+  QSDP_HOST_DEVICE float block_factor(const meta_type& m) const { return detail::e8m0_value(m); }  \
+  /** element * block_factor in float: exact (float holds every such product) unless it */         \
+  /** overflows, and never fused into a later sum (which would hide that overflow). */             \
   QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {                    \
-    return detail::minifloat_decode<Element>(code) * detail::e8m0_value(m);                        \
+    return detail::unfused_product(detail::minifloat_decode<Element>(code), block_factor(m));      \
   }
 
 /// An OCP Microscaling format: blocks of `bucket_size` values (32 in the spec) share a power-of-two
@@ -320,6 +323,16 @@ inline constexpr std::uint8_t mx_first_wire_id = 6;
 template <class Element, rounding R = rounding::nearest>
 struct mx {
   QSDP_DETAIL_MX_MEMBERS(Element, R)
+  /// encode(x, m, u) of a finite x, in integer steps (the kernels' path).
+  /// @tparam Signed false: the code of |x|
+  /// @param x the value
+  /// @param m its block's scale
+  /// @return the element code
+  template <bool Signed = true>
+  QSDP_HOST_DEVICE std::uint32_t encode_nearest(float x, const meta_type& m) const {
+    return detail::minifloat_encode_nearest<Element, Signed>(
+        x, detail::mx_element_scale(int{m} - detail::e8m0_bias));
+  }
 };
 
 /// mx with stochastic rounding: adds the seed and call counter of its per-value draws.
@@ -394,10 +407,13 @@ inline constexpr std::uint8_t nvfp4_wire_id = 11;
     return detail::minifloat_encode<e2m1, randomized>(                                            \
         x * detail::nvfp4_encode_factor<e4m3>(tensor_meta, m), 0, u);                             \
   }                                                                                               \
-  /** element * (tensor scale * block scale), rounded once (never fused into a later sum). */     \
+  /** What the block's elements are multiplied by: tensor scale * block scale, in float. */       \
+  QSDP_HOST_DEVICE float block_factor(const meta_type& m) const {                                 \
+    return detail::nvfp4_decode_factor<e4m3>(tensor_meta, m);                                     \
+  }                                                                                               \
+  /** element * block_factor, rounded once (never fused into a later sum). */                     \
   QSDP_HOST_DEVICE float decode(std::uint32_t code, const meta_type& m) const {                   \
-    return detail::unfused_product(detail::minifloat_decode<e2m1>(code),                          \
-                                   detail::nvfp4_decode_factor<e4m3>(tensor_meta, m));            \
+    return detail::unfused_product(detail::minifloat_decode<e2m1>(code), block_factor(m));        \
   }
 
 /// NVIDIA's NVFP4: blocks of `bucket_size` values (16 in the format) share an E4M3 scale, the whole
@@ -423,6 +439,16 @@ inline constexpr std::uint8_t nvfp4_wire_id = 11;
 template <rounding R = rounding::nearest>
 struct nvfp4 {
   QSDP_DETAIL_NVFP4_MEMBERS(R)
+  /// encode(x, m, u) of a finite x, in integer steps (the kernels' path).
+  /// @tparam Signed false: the code of |x|
+  /// @param x the value
+  /// @param m its block's E4M3 scale
+  /// @return the E2M1 code
+  template <bool Signed = true>
+  QSDP_HOST_DEVICE std::uint32_t encode_nearest(float x, const meta_type& m) const {
+    return detail::minifloat_encode_nearest<e2m1, Signed>(
+        x, detail::nvfp4_encode_factor<e4m3>(tensor_meta, m));
+  }
 };
 
 /// nvfp4 with stochastic rounding: adds the seed and call counter of its per-value draws.
@@ -446,6 +472,32 @@ struct nvfp4<rounding::stochastic> {
 };
 
 #undef QSDP_DETAIL_NVFP4_MEMBERS
+
+namespace detail {
+
+/// The element format of a built-in block-scaled policy (mx, nvfp4), whose decode(code, m) is
+/// minifloat_decode of the code times q.block_factor(m); void for every other policy.
+template <class Q>
+struct block_element {
+  using type = void;
+};
+template <class Element, rounding R>
+struct block_element<mx<Element, R>> {
+  using type = Element;
+};
+template <rounding R>
+struct block_element<nvfp4<R>> {
+  using type = e2m1;
+};
+
+/// Whether a block-scaled policy's element * block_factor is exact in float (MX: a power-of-two
+/// factor), so that it may fuse into a sum; NVFP4's is rounded first.
+template <class Q>
+inline constexpr bool exact_block_products = false;
+template <class Element, rounding R>
+inline constexpr bool exact_block_products<mx<Element, R>> = true;
+
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------------------
 // Rotated buckets.

@@ -132,6 +132,57 @@ void check_reduce(const Q& q, std::size_t count, int world, std::size_t out_offs
   CHECK(failure.ready == 0);
 }
 
+/// The fused reduce-scatter of block-scaled packets (mx, nvfp4) whose scale bytes and element
+/// codes are any bytes, not the encoder's: every E8M0 or E4M3 scale (large ones, whose rescaled
+/// factor overflows, and the NaN bytes) and every element code (E4M3's NaN and E5M2's infinity
+/// and NaN codes among them), so that the spans the block-scaled fold takes and those it leaves to
+/// the value-by-value decode both sum bit for bit as the host's decode_accumulate. NVFP4 packets
+/// get tensor scales of 1 and 2^-8 as well, whose block factors reach 448 and 1.75.
+template <class Q, class T>
+void check_reduce_any_bytes(const Q& q, std::size_t count, int world) {
+  const std::size_t bytes = qsdp::compressed_size<T>(q, count);
+  buffer packets(bytes * static_cast<std::size_t>(world), 0);
+  const auto l = qsdp::detail::layout_for<Q, T>(q, count);
+  std::uint32_t state = 12345;
+  const auto next_byte = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<std::byte>(state >> 24);
+  };
+  for (int r = 0; r < world; ++r) {
+    const std::vector<T> x = qsdp_test::convert<T>(qsdp_test::make_data(
+        qsdp_test::distribution::normal, count, 70 + static_cast<std::uint32_t>(r)));
+    std::byte* packet = packets.get() + static_cast<std::size_t>(r) * bytes;
+    qsdp::encode(q, x.data(), count, packet, qsdp::rng_position{.call = 3});
+    for (std::size_t b = 0; b < l.buckets; ++b)  // every scale byte, in turn and shuffled
+      packet[l.meta_offset + b] = r % 2 == 0 ? static_cast<std::byte>(b * 7 + r) : next_byte();
+    for (std::size_t i = 0; i < l.code_bytes; ++i) packet[l.codes_offset + i] = next_byte();
+    if constexpr (requires { q.tensor_meta; }) {
+      const float tensor_scale = r == 0 ? 1.0f : 0x1p-8f;
+      std::memcpy(packet + qsdp::detail::tensor_record_offset<Q>(), &tensor_scale,
+                  sizeof tensor_scale);
+    }
+  }
+  std::vector<float> acc(count, 0.0f);
+  qsdp::decode_accumulate(q, packets.get(), static_cast<std::size_t>(world), count, acc.data());
+  buffer out(count * sizeof(T), 0);
+  cuda::device_report failure{};
+  T* dst = reinterpret_cast<T*>(out.get());
+  cuda::launch_decode(q, packets.get(), bytes, static_cast<unsigned>(world), count,
+                      qsdp::detail::expectation_for<T>(q, count), 0, &failure,
+                      cuda::reduce_sink<T>{dst, true, false, 1.0f}, cudaStream_t{}, "simt");
+  std::size_t differing = 0, nan = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const T want = qsdp::detail::element_traits<T>::from_float(acc[i]);
+    differing += std::memcmp(&want, &dst[i], sizeof(T)) != 0;
+    nan += std::isnan(qsdp_test::to_f(dst[i]));
+  }
+  INFO(qsdp::policy_name<Q>() << " count " << count << " world " << world);
+  CHECK(differing == 0);
+  CHECK(nan > 0);          // the NaN scales and codes reached the sums
+  CHECK(nan < count / 2);  // and most sums are finite
+  CHECK(failure.ready == 0);
+}
+
 /// QSDP_SIMT_SHORT=1 (the sanitizer build's ctest preset): every kernel path of the sweeps, but not
 /// every size and offset. Under ASan and UBSan an emulated launch of 512 std::threads costs about
 /// three times what it does in the main build, which runs the full sweeps.

@@ -82,6 +82,20 @@ void check_unpack(const Q& q, std::size_t count, int world, bool bad_header) {
   CHECK(failure.index == 1);
 }
 
+TEST_CASE(
+    "emulated kernels: the fused reduce-scatter sums any block scales and codes as the host") {
+  using qsdp::rounding;
+  check_reduce_any_bytes<qsdp::mxfp8<>, float>(qsdp::mxfp8<>{}, 32 * 256, 3);
+  check_reduce_any_bytes<qsdp::mxfp8<qsdp::e5m2>, __nv_bfloat16>(qsdp::mxfp8<qsdp::e5m2>{},
+                                                                 32 * 256, 4);
+  check_reduce_any_bytes<qsdp::mxfp4<>, __nv_bfloat16>(qsdp::mxfp4<>{}, 32 * 256, 4);
+  check_reduce_any_bytes<qsdp::mxfp4<rounding::stochastic>, float>(
+      qsdp::mxfp4<rounding::stochastic>{.bucket_size = 64}, 64 * 128, 2);
+  check_reduce_any_bytes<qsdp::nvfp4<>, float>(qsdp::nvfp4<>{.bucket_size = 32}, 32 * 256, 3);
+  check_reduce_any_bytes<qsdp::nvfp4<>, __nv_bfloat16>(qsdp::nvfp4<>{.bucket_size = 32}, 32 * 256,
+                                                       2);
+}
+
 TEST_CASE("emulated kernels: MX packets unpack to the host's block-scaled layout") {
   using qsdp::rounding;
   check_unpack(qsdp::mxfp8<>{}, 32 * 300, 3, false);

@@ -203,14 +203,15 @@ void check_packed_fraction_decode() {
   CHECK(values == applied << B);
 }
 
-/// A stochastic block-scaled policy's encode_drawn (the kernels' integer steps) is its encode with
-/// the half's draw, bit for bit: random finite floats of every exponent under every scale that
-/// fits them (MX: at or above the exponent its fit gives; NVFP4, which saturates: any of its block
-/// scales), and values placed exactly on, just below and just above a draw's threshold between
-/// two neighbours (the one place the two spellings could part), in every binade, subnormal
-/// elements and the largest finite value included.
+/// A block-scaled policy's encode in integer steps (the kernels' path) is its encode, bit for bit:
+/// encode_drawn of a stochastic one with the half's draw, encode_nearest of a round-to-nearest
+/// one. Random finite floats of every exponent under every scale that fits them (MX: at or above
+/// the exponent its fit gives, so round to nearest saturates too; NVFP4, which saturates: any of
+/// its block scales), and values placed exactly on, just below and just above a draw's threshold
+/// (round to nearest: the tie) between two neighbours, the one place two spellings could part, in
+/// every binade, subnormal elements and the largest finite value included.
 template <class Q>
-void check_encode_drawn_is_encode(Q q) {
+void check_encode_in_steps_is_encode(Q q) {
   using namespace qsdp::detail;
   std::mt19937_64 rng(2026120700 + Q::bits);
   std::uniform_int_distribution<std::uint32_t> any_bits;
@@ -218,11 +219,17 @@ void check_encode_drawn_is_encode(Q q) {
   const auto compare = [&](float x, std::uint8_t m, std::uint32_t half) {
     if (!std::isfinite(x)) return;
     ++checked;
-    const std::uint32_t want = q.encode(x, m, uniform_from_half(half));
-    const std::uint32_t got = q.encode_drawn(x, m, half);
+    std::uint32_t want, got;
+    if constexpr (Q::randomized) {
+      want = q.encode(x, m, uniform_from_half(half));
+      got = q.encode_drawn(x, m, half);
+    } else {
+      want = q.encode(x, m, 0.0f);
+      got = q.encode_nearest(x, m);
+    }
     if (want != got && ++mismatches <= 5)
       FAIL_CHECK(std::string(Q::name) << ": x " << x << " meta " << int{m} << " half " << half
-                                      << ": encode " << want << ", encode_drawn " << got);
+                                      << ": encode " << want << ", in steps " << got);
   };
   const auto as_float = [](std::uint32_t b) {
     float f;
@@ -239,7 +246,10 @@ void check_encode_drawn_is_encode(Q q) {
     const float x = as_float(any_bits(rng));
     std::uint8_t m = any_meta();
     if constexpr (requires { typename Q::element_format; }) {  // at or above the fit's exponent
-      const int fit = mx_ceil_exponent<typename Q::element_format>(std::fabs(x)) + e8m0_bias;
+      using F = typename Q::element_format;
+      const float a = std::fabs(x);
+      const int fit =
+          (Q::randomized ? mx_ceil_exponent<F>(a) : mx_floor_exponent<F>(a)) + e8m0_bias;
       m = static_cast<std::uint8_t>(std::min(254, fit + static_cast<int>(any_bits(rng) % 4)));
     }
     compare(x, m, any_bits(rng) & 0xFFFFu);
@@ -252,7 +262,7 @@ void check_encode_drawn_is_encode(Q q) {
       const std::uint32_t c = any_bits(rng) % max_code;
       const float low = minifloat_value<F>(c), high = minifloat_value<F>(c + 1);
       const std::uint32_t k = any_bits(rng) & 0xFFFFu;
-      const float y = low + (high - low) * uniform_from_half(k);
+      const float y = low + (high - low) * (Q::randomized ? uniform_from_half(k) : 0.5f);
       const std::uint8_t m = any_meta();
       const float to_x = 1.0f / mx_element_scale(int{m} - e8m0_bias);
       std::uint32_t bits;
@@ -270,18 +280,26 @@ void check_encode_drawn_is_encode(Q q) {
   CHECK(checked > 390000);
 }
 
-/// check_encode_drawn_is_encode for every stochastic block-scaled policy, NVFP4 at three tensor
-/// scales.
-inline void check_encode_drawn_of_every_policy() {
+/// check_encode_in_steps_is_encode for every block-scaled policy, either rounding, NVFP4 at three
+/// tensor scales.
+inline void check_encode_in_steps_of_every_policy() {
   using qsdp::rounding;
-  check_encode_drawn_is_encode(qsdp::mxfp8<qsdp::e4m3, rounding::stochastic>{});
-  check_encode_drawn_is_encode(qsdp::mxfp8<qsdp::e5m2, rounding::stochastic>{});
-  check_encode_drawn_is_encode(qsdp::mxfp6<qsdp::e3m2, rounding::stochastic>{});
-  check_encode_drawn_is_encode(qsdp::mxfp6<qsdp::e2m3, rounding::stochastic>{});
-  check_encode_drawn_is_encode(qsdp::mxfp4<rounding::stochastic>{});
-  check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{});
-  check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 0x1p-100f});
-  check_encode_drawn_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 3.7e30f});
+  check_encode_in_steps_is_encode(qsdp::mxfp8<qsdp::e4m3, rounding::stochastic>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp8<qsdp::e5m2, rounding::stochastic>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp6<qsdp::e3m2, rounding::stochastic>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp6<qsdp::e2m3, rounding::stochastic>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp4<rounding::stochastic>{});
+  check_encode_in_steps_is_encode(qsdp::nvfp4<rounding::stochastic>{});
+  check_encode_in_steps_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 0x1p-100f});
+  check_encode_in_steps_is_encode(qsdp::nvfp4<rounding::stochastic>{.tensor_meta = 3.7e30f});
+  check_encode_in_steps_is_encode(qsdp::mxfp8<qsdp::e4m3>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp8<qsdp::e5m2>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp6<qsdp::e3m2>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp6<qsdp::e2m3>{});
+  check_encode_in_steps_is_encode(qsdp::mxfp4<>{});
+  check_encode_in_steps_is_encode(qsdp::nvfp4<>{});
+  check_encode_in_steps_is_encode(qsdp::nvfp4<>{.tensor_meta = 0x1p-100f});
+  check_encode_in_steps_is_encode(qsdp::nvfp4<>{.tensor_meta = 3.7e30f});
 }
 
 /// minifloat_decode (the table on the host, minifloat_value_rescaled on the device) and
@@ -311,6 +329,54 @@ inline void check_minifloat_decode_is_value() {
   check_format(qsdp::e2m3{});
   check_format(qsdp::e2m1{});
   CHECK(checked == 256 + 256 + 64 + 64 + 16);
+}
+
+/// packed_scaled_bits of every code position of random words (neighbours included) is the float
+/// element * 2^(bias - 127): rescaled by scaled_bits_unit it is minifloat_value, wherever the code
+/// is no NaN or infinity code; and packed_special_codes tells exactly whether a span holds one.
+inline void check_packed_element_bits() {
+  using namespace qsdp::detail;
+  std::mt19937 rng(31);
+  std::size_t checked = 0, spans_with_special = 0;
+  const auto check_format = [&](auto format) {
+    using F = decltype(format);
+    constexpr unsigned bits = 1 + F::exponent_bits + F::mantissa_bits;
+    constexpr std::uint32_t magnitude_mask = (1u << (bits - 1)) - 1u;
+    for (int trial = 0; trial < 4000; ++trial) {
+      std::uint32_t words[bits];
+      for (auto& w : words) w = static_cast<std::uint32_t>(rng());
+      if (trial % 2 == 0)  // mostly finite codes: clear the top exponent bit of each magnitude
+        for (auto& w : words)
+          for (unsigned shift = 0; shift < 32; shift += bits) w &= ~(1u << (shift + bits - 2));
+      bool special = false;
+      for (unsigned k = 0; k < 32; ++k) {
+        const std::uint32_t word = words[k * bits / 32];
+        const unsigned shift = k * bits % 32;
+        const std::uint32_t code = (word >> shift) & ((1u << bits) - 1u);
+        const float value = minifloat_value<F>(code);
+        const bool finite = std::isfinite(value);
+        special = special || !finite;
+        INFO(F::name << " word " << word << " shift " << shift);
+        if (finite) {
+          const float rescaled =
+              bit_cast<float>(packed_scaled_bits<F>(word, shift)) * scaled_bits_unit<F>;
+          CHECK(bit_cast<std::uint32_t>(rescaled) == bit_cast<std::uint32_t>(value));
+        }
+        CHECK(packed_scaled_bits<F>(word, shift) == packed_scaled_bits<F>(code, 0));
+        const std::uint32_t fields = packed_scaled_bits<F>(code, 0) & 0x7FFFFFFFu;
+        CHECK((fields >> (23 - F::mantissa_bits)) == (code & magnitude_mask));
+        ++checked;
+      }
+      CHECK(packed_special_codes<F>(words) == special);
+      spans_with_special += special;
+    }
+  };
+  check_format(qsdp::e4m3{});
+  check_format(qsdp::e5m2{});
+  check_format(qsdp::e2m1{});
+  CHECK(checked == 3 * 4000 * 32);
+  CHECK(spans_with_special > 1000);  // both answers of packed_special_codes are reached
+  CHECK(spans_with_special < 8000);
 }
 
 }  // namespace qsdp_test

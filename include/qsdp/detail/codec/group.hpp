@@ -98,15 +98,30 @@ inline constexpr bool encodes_drawn = randomized_elements<Q>() && wire_id<Q>() !
   { q.encode_drawn(0.0f, m, 0u) } -> std::same_as<std::uint32_t>;
 };
 
-/// q.encode of x, value k of a group whose Philox block is `block` (read by randomized policies
-/// only); x is finite, in a bucket whose metadata m is fit's.
+/// Whether Q is a built-in policy whose encode_nearest gives its round-to-nearest codes in integer
+/// steps (mx and nvfp4).
 template <class Q>
+inline constexpr bool encodes_nearest = !randomized_elements<Q>() && wire_id<Q>() != 0 &&
+                                        requires(const Q& q, const typename Q::meta_type& m) {
+  { q.encode_nearest(0.0f, m) } -> std::same_as<std::uint32_t>;
+};
+
+/// Whether Q's element codes come from encode_drawn or encode_nearest (in integer steps).
+template <class Q>
+inline constexpr bool encodes_in_steps = encodes_drawn<Q> || encodes_nearest<Q>;
+
+/// q.encode of x, value k of a group whose Philox block is `block` (read by randomized policies
+/// only); x is finite, in a bucket whose metadata m is fit's. Without Signed, encodes_in_steps
+/// policies give the code of |x|.
+template <class Q, bool Signed = true>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t encode_value(const Q& q, float x,
                                                               const typename Q::meta_type& m,
                                                               const philox_block& block,
                                                               unsigned k) {
   if constexpr (encodes_drawn<Q>)
-    return q.encode_drawn(x, m, group_half(block, k));
+    return q.template encode_drawn<Signed>(x, m, group_half(block, k));
+  else if constexpr (encodes_nearest<Q>)
+    return q.template encode_nearest<Signed>(x, m);
   else
     return q.encode(x, m, randomized_elements<Q>() ? group_draw(block, k) : 0.0f);
 }
@@ -151,13 +166,12 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
                                                                     const philox_block& block) {
   using word_type = std::conditional_t<(Q::bits <= 4), std::uint32_t, std::uint64_t>;
   word_type word = 0;
-  if constexpr (encodes_drawn<Q> && (Q::bits == 4 || Q::bits == 8)) {
+  if constexpr (encodes_in_steps<Q> && (Q::bits == 4 || Q::bits == 8)) {
     // The codes of the magnitudes (at most bits - 1 bits each: added), then the signs at once.
     for (unsigned k = 0; k < group_values; ++k)
       if (k < n)
-        word +=
-            static_cast<word_type>(q.template encode_drawn<false>(x[k], m, group_half(block, k)))
-            << (k * Q::bits);
+        word += static_cast<word_type>(encode_value<Q, false>(q, x[k], m, block, k))
+                << (k * Q::bits);
     const word_type signs = group_signs<Q::bits, word_type>(x);
     word |= n < group_values ? signs & ((word_type{1} << (n * Q::bits)) - 1u) : signs;
   } else {
@@ -171,7 +185,7 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint64_t encode_group_drawn(const Q& q, 
         // At most trunc(g.top) <= 2^bits - 1: the code fills its own field only, so adding it is
         // or-ing it, and a shift and an add fuse into one integer instruction on the device.
         word += static_cast<word_type>(code) << (k * Q::bits);
-      } else if constexpr (encodes_drawn<Q>) {
+      } else if constexpr (encodes_in_steps<Q>) {
         // A code of at most `bits` bits (sign included): added, like the grid codes above.
         word += static_cast<word_type>(encode_value(q, x[k], m, block, k)) << (k * Q::bits);
       } else {

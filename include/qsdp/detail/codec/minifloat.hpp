@@ -200,20 +200,56 @@ inline constexpr auto element_values = [] {
   return t;
 }();
 
-/// minifloat_value<F>(code) by one multiplication: the code's magnitude bits placed at a float's
-/// exponent and mantissa fields, with its sign, are the element times 2^(bias - 127) exactly (a
-/// subnormal element a subnormal float, whose scaling is the same), and 2^(127 - bias) rescales it
-/// exactly. Then F's NaN and infinity codes. (Subnormal operands: the device spelling; fast math,
-/// which flushes them, breaks the codec's bit identity anyway.)
+/// The element code at bit `shift` of `word` (F's width of bits there) as a float: its magnitude
+/// bits at a float's exponent and mantissa fields, with its sign, which is the element times
+/// 2^(bias - 127) exactly (a subnormal element a subnormal float, whose scaling is the same); F's
+/// NaN and infinity codes read as large finite values. Three integer steps: the code moved to the
+/// top of the word, an arithmetic shift that puts its magnitude in place and copies its sign, and
+/// a mask.
+template <class F>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t packed_scaled_bits(std::uint32_t word,
+                                                                    unsigned shift) {
+  constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  constexpr std::uint32_t fields = ((1u << (bits - 1)) - 1u) << (23 - F::mantissa_bits);
+  const auto top = static_cast<std::int32_t>(word << (32 - bits - shift));
+  return static_cast<std::uint32_t>(top >> (8 - F::exponent_bits)) & (0x80000000u | fields);
+}
+
+/// 2^(127 - bias) of F: packed_scaled_bits times it is the element.
+template <class F>
+inline constexpr float scaled_bits_unit = bit_cast<float>(static_cast<std::uint32_t>(254 - F::bias)
+                                                          << 23);
+
+/// Whether any of the 8-bit codes of format F in `words` is a NaN or infinity code (E4M3's NaN
+/// magnitude 0x7F, E5M2's magnitudes from 0x7C up): packed_scaled_bits reads those as finite
+/// values. A code is one exactly when its magnitude holds every bit of the first such magnitude,
+/// which is a zero byte of ~word & that magnitude in each byte; adding 0x7F to a byte below 0x80
+/// sets its top bit exactly when it is not zero. Formats without such codes: false.
+template <class F, unsigned N>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE bool packed_special_codes(const std::uint32_t (&words)[N]) {
+  constexpr int special = F::inf_code >= 0 ? F::inf_code : F::nan_code;
+  if constexpr (special < 0) {
+    return false;
+  } else {
+    static_assert(1 + F::exponent_bits + F::mantissa_bits == 8, "bytes of codes");
+    constexpr std::uint32_t magnitude = 0x01010101u * static_cast<std::uint32_t>(special);
+    std::uint32_t nonzero = 0x80808080u;
+    QSDP_UNROLL
+    for (unsigned i = 0; i < N; ++i) nonzero &= (~words[i] & magnitude) + 0x7F7F7F7Fu;
+    return (nonzero & 0x80808080u) != 0x80808080u;
+  }
+}
+
+/// minifloat_value<F>(code) by one multiplication: packed_scaled_bits rescaled by
+/// scaled_bits_unit, exactly. Then F's NaN and infinity codes. (Subnormal operands: the device
+/// spelling; fast math, which flushes them, breaks the codec's bit identity anyway.)
 template <class F>
 QSDP_HOST_DEVICE QSDP_FORCE_INLINE float minifloat_value_rescaled(std::uint32_t code) {
-  constexpr int mbits = F::mantissa_bits;
   constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
-  constexpr float rescale = bit_cast<float>(static_cast<std::uint32_t>(254 - F::bias) << 23);
   const std::uint32_t magnitude = code & ((1u << (bits - 1)) - 1u);
-  const std::uint32_t sign = (code << (32 - bits)) & 0x80000000u;
-  const float value = bit_cast<float>(sign | magnitude << (23 - mbits)) * rescale;
-  return with_special_codes<F>(value, magnitude, sign);
+  const std::uint32_t scaled = packed_scaled_bits<F>(code, 0);
+  const float value = bit_cast<float>(scaled) * scaled_bits_unit<F>;
+  return with_special_codes<F>(value, magnitude, scaled & 0x80000000u);
 }
 
 /// The value of element code `code` of format F: minifloat_value, by table on the host and by
@@ -278,6 +314,45 @@ QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode_drawn(float x,
       ((0xFFFFu - (half & 0xFFFFu)) << (spare_bits + 1)) + ((1u << spare_bits) - 1u);
   const std::uint32_t magnitude =
       ((w + draw) >> fraction_bits) - (static_cast<std::uint32_t>(127 - F::bias) << mbits);
+  if constexpr (!Signed) return magnitude;
+  return ((bit_cast<std::uint32_t>(x) >> 31) << (bits - 1)) | magnitude;
+}
+
+/// The code minifloat_encode<F, false> gives a finite x whose scaled magnitude is y = |x| * scale
+/// (MX: scale = mx_element_scale(e); NVFP4: its encode factor), in integer steps: the kernels'
+/// spelling of round-to-nearest-even, saturating at F's largest finite value, with no
+/// per-binade arithmetic. Two candidates, each right where it applies:
+/// - a normal element's code is y's exponent and mantissa fields rounded to mbits bits, ties to
+///   even, by one addition before a shift (a carry moves to the next binade by itself), then
+///   rebiased; below the element's normal range it is at most the subnormal code (negative further
+///   down);
+/// - a subnormal element's code is y rounded to the subnormal gap, which the float addition of
+///   2^(23 + lowest - mbits) does once (its last place is that gap), read off the sum's bits; at
+///   and above the smallest normal it is at least that normal's code, 2^mbits.
+/// So the code is max(normal, min(subnormal, 2^mbits)), then at most the largest finite code.
+/// Without Signed the code is that of |x| (the caller places the signs).
+template <class F, bool Signed = true>
+QSDP_HOST_DEVICE QSDP_FORCE_INLINE std::uint32_t minifloat_encode_nearest(float x, float scale) {
+  constexpr int mbits = F::mantissa_bits;
+  constexpr int bits = 1 + F::exponent_bits + F::mantissa_bits;
+  constexpr int lowest_binade = 1 - F::bias;
+  constexpr int fraction_bits = 23 - mbits;  // below an element's mantissa in a float's
+  static_assert(lowest_binade - mbits > -126);
+  // Rounding bias (half a code, less the tie) with the exponent rebiased from float's to F's.
+  constexpr std::int32_t rebiased_half =
+      (std::int32_t{1} << (fraction_bits - 1)) - 1 - ((std::int32_t{127} - F::bias) << 23);
+  constexpr float subnormal_magic =
+      bit_cast<float>(static_cast<std::uint32_t>(127 + 23 + lowest_binade - mbits) << 23);
+  // Unfused: y is rounded as minifloat_encode rounds it before the sum below reads it.
+  const float y = unfused_product(fabsf(x), scale);
+  const auto w = static_cast<std::int32_t>(bit_cast<std::uint32_t>(y));
+  const std::int32_t normal = (w + rebiased_half + ((w >> fraction_bits) & 1)) >> fraction_bits;
+  const std::int32_t subnormal =
+      static_cast<std::int32_t>(bit_cast<std::uint32_t>(y + subnormal_magic)) -
+      static_cast<std::int32_t>(bit_cast<std::uint32_t>(subnormal_magic));
+  const std::int32_t capped = subnormal < (1 << mbits) ? subnormal : (1 << mbits);
+  const std::int32_t code = normal > capped ? normal : capped;
+  const auto magnitude = static_cast<std::uint32_t>(code < F::max_code ? code : F::max_code);
   if constexpr (!Signed) return magnitude;
   return ((bit_cast<std::uint32_t>(x) >> 31) << (bits - 1)) | magnitude;
 }

@@ -354,6 +354,15 @@ __device__ QSDP_FORCE_INLINE void store_span_codes(std::byte* at, const std::uin
   }
 }
 
+/// Whether Q's one-pass encode runs for every bucket, non-finite ones (whose scale and codes it
+/// then replaces) and the whole of a cut span included, so that its loop has one path rather than
+/// branches around the encoding: a block-scaled policy's round-to-nearest encode, which has no
+/// draw and no undefined step on NaN or infinity. At buckets of 32 its spans take the SpanBuckets
+/// instantiation.
+template <class Q>
+inline constexpr bool encodes_any_bucket =
+    !std::is_void_v<typename block_element<Q>::type> && !randomized_elements<Q>();
+
 /// Fast path: one pass, bucket = 2^log2_bucket values (32..4096), packet 16-byte aligned, src
 /// 16-byte aligned (SrcAligned: 16-byte loads) or at least aligned to its element (element loads,
 /// as a reduce-scatter's chunk of a count that is no multiple of 16 bytes needs; a separate
@@ -361,8 +370,10 @@ __device__ QSDP_FORCE_INLINE void store_span_codes(std::byte* at, const std::uin
 /// A thread takes a span of 32 values (four groups) of one bucket: its values stay in registers
 /// from the 16-byte loads to the codes; the bucket's 1..128 threads reduce min/max/finite with warp
 /// shuffles (and shared memory across warps for buckets of 2048 and 4096), and each fits the
-/// metadata itself (no broadcast); the first writes it.
-template <class Q, class T, bool SrcAligned>
+/// metadata itself (no broadcast); the first writes it. SpanBuckets: buckets of 32 values (the MX
+/// block), a thread's span its whole bucket, and no reduction at all (a separate instantiation, for
+/// encodes_any_bucket policies only).
+template <class Q, class T, bool SrcAligned, bool SpanBuckets = false>
 __global__ void __launch_bounds__(fast_encode_block)
     encode_spans_kernel(Q q, const T* __restrict__ src, std::size_t count,
                         std::byte* __restrict__ packet, packet_layout l, rng_source source,
@@ -406,11 +417,11 @@ __global__ void __launch_bounds__(fast_encode_block)
     // Five levels, each kept only within the bucket's lanes (merging is idempotent, so a lane may
     // merge a value twice, never one of another bucket): no loop of run-time length.
     QSDP_UNROLL
-    for (unsigned offset = 16; offset > 0; offset /= 2) {
+    for (unsigned offset = 16; offset > 0 && !SpanBuckets; offset /= 2) {
       const partial_stats o = shuffle_xor(p, offset);
       if (offset < width) p.merge(o);
     }
-    if (threads_per_bucket > 32) {  // 2 or 4 warps per bucket
+    if (!SpanBuckets && threads_per_bucket > 32) {  // 2 or 4 warps per bucket
       if (threadIdx.x % 32 == 0) warp_partials[threadIdx.x / 32] = p;
       __syncthreads();
       const unsigned warps_per_bucket = threads_per_bucket / 32;
@@ -429,16 +440,17 @@ __global__ void __launch_bounds__(fast_encode_block)
                                         : (std::uint64_t{1} << log2_bucket);
     std::uint64_t words[groups_per_span] = {};
     meta_type m = non_finite_meta<Q>();
-    if (p.finite()) {
+    if (encodes_any_bucket<Q> || p.finite()) {
       m = fit_bucket(q, p, in_bucket, key, bucket);
       philox_block blocks[groups_per_span] = {};  // the four groups' draws, generated together
       if constexpr (randomized_elements<Q>())
         key.blocks(draw_domain::element, s * groups_per_span, blocks);
-      if (randomized_elements<Q>() || n == span_values) {
+      if (randomized_elements<Q>() || encodes_any_bucket<Q> || n == span_values) {
         // Every value of the span is encoded, those past the count (zeros) too, and their codes
         // are cleared afterwards (the host pads with code 0). With per-value draws that is one
         // version of the per-value work: nvcc no longer splits the Philox rounds between a
-        // whole-span and a cut-span copy, recomputing products in each (34 of 114 multiplies).
+        // whole-span and a cut-span copy, recomputing products in each (34 of 114 multiplies);
+        // for encodes_any_bucket policies it keeps the one path.
         QSDP_UNROLL
         for (unsigned g = 0; g < groups_per_span; ++g)
           words[g] = encode_group_drawn(q, v + g * group_values, group_values, m, blocks[g]);
@@ -458,6 +470,11 @@ __global__ void __launch_bounds__(fast_encode_block)
               encode_group_drawn(q, v + g * group_values,
                                  in_group < group_values ? in_group : group_values, m, blocks[g]);
         }
+      }
+      if (encodes_any_bucket<Q> && !p.finite()) {
+        m = non_finite_meta<Q>();
+        QSDP_UNROLL
+        for (unsigned g = 0; g < groups_per_span; ++g) words[g] = 0;
       }
     }
     if (first == bucket_begin) {
@@ -756,13 +773,46 @@ __device__ QSDP_FORCE_INLINE std::uint64_t span_group_word(const std::uint32_t (
   return B == 8 ? word : word & ((std::uint64_t{1} << (8 * B)) - 1);
 }
 
+/// The block-scaled decode of span s's codes, the B words w (32 codes of 4 or 8 bits), when it
+/// gives decode's bits: the factor rescaled (block_factor times scaled_bits_unit) is finite and no
+/// code is a NaN or infinity code. Each code's packed_scaled_bits times the rescaled factor is then
+/// element * block_factor as a real number, so the multiplication rounds as decode's does: a
+/// product for take_product(k, bits, factor) to fuse where it is exact, else rounded for take.
+/// No decode per value and no rescaling multiplication: three integer steps and the fold. A
+/// factor at or above 2^(1 + bias) (MX: a block abs_max of 2^(emax + bias + 1) or more; NVFP4: 4)
+/// returns false, as does every other policy, and decode_span decodes value by value.
+template <class Q, int B, class Take, class TakeProduct>
+__device__ QSDP_FORCE_INLINE bool fold_scaled_span(const Q& q, const typename Q::meta_type& m,
+                                                   const std::uint32_t (&w)[B], Take& take,
+                                                   TakeProduct& take_product) {
+  using F = typename block_element<Q>::type;
+  if constexpr (std::is_void_v<F> || 32 % B != 0) {
+    return false;
+  } else {
+    if (packed_special_codes<F>(w)) return false;
+    const float rescaled = q.block_factor(m) * scaled_bits_unit<F>;
+    if (!(fabsf(rescaled) <= 0x1.fffffep127f)) return false;
+    QSDP_UNROLL
+    for (unsigned k = 0; k < span_values; ++k) {
+      const float bits = bit_cast<float>(packed_scaled_bits<F>(w[k * B / 32], k * B % 32));
+      if constexpr (exact_block_products<Q>)
+        take_product(k, bits, rescaled);
+      else
+        take(k, unfused_product(bits, rescaled));
+    }
+    return true;
+  }
+}
+
 /// The 32 values of span s of one packet (flagged buckets and bad packets: NaN), value k handed to
-/// take(k, value). (Taken at once rather than returned in an array: a NaN-filled array was filled
-/// before the test, 32 moves on every packet's path.)
-template <class Q, class Take>
+/// take(k, value), or as an exact product x * y to take_product(k, x, y) (fold_scaled_span).
+/// (Taken at once rather than returned in an array: a NaN-filled array was filled before the test,
+/// 32 moves on every packet's path.)
+template <class Q, class Take, class TakeProduct>
 __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packet,
                                               const packet_layout& l, std::uint64_t s,
-                                              int log2_bucket, bool ok, Take&& take) {
+                                              int log2_bucket, bool ok, Take&& take,
+                                              TakeProduct&& take_product) {
   using meta_type = typename Q::meta_type;
   constexpr int B = Q::bits;
   const std::uint64_t b = (s * span_values) >> log2_bucket;
@@ -775,6 +825,7 @@ __device__ QSDP_FORCE_INLINE void decode_span(const Q& q, const std::byte* packe
   const meta_type m = load_meta_aligned<meta_type>(packet, l, b);
   std::uint32_t w[B];  // 32 codes of B bits: B words, at byte 4 * B * s (4-byte aligned)
   load_words(packet + l.codes_offset + s * (4 * B), w);
+  if (fold_scaled_span(q, m, w, take, take_product)) return;
   if constexpr (32 % B == 0) {
     // Widths that divide 32: code k lies inside word k * B / 32; 32-bit shifts (a byte permute for
     // B = 8) instead of the 64-bit ones of a group's word.
@@ -891,6 +942,16 @@ __device__ QSDP_FORCE_INLINE void fold_value(float& a, float v) {
     a = a + v;
   else
     a = v;
+}
+
+/// Folds in the exact product x * y: fused into the sum (one rounding, as the product's own is
+/// none), or stored.
+template <class Sink>
+__device__ QSDP_FORCE_INLINE void fold_product(float& a, float x, float y) {
+  if constexpr (Sink::adds)
+    a = fmaf(x, y, a);
+  else
+    a = x * y;
 }
 
 /// Span s of one packet through the shuffled table, folded into `a` (fold_value).
@@ -1128,8 +1189,10 @@ __global__ void __launch_bounds__(codec_block)
         if constexpr (Shuffled) {
           add_span_shuffled<Sink>(q, packets + p * packet_bytes, l, s, log2_bucket, ok, a);
         } else {
-          decode_span(q, packets + p * packet_bytes, l, s, log2_bucket, ok,
-                      [&](unsigned k, float value) { fold_value<Sink>(a[k], value); });
+          decode_span(
+              q, packets + p * packet_bytes, l, s, log2_bucket, ok,
+              [&](unsigned k, float value) { fold_value<Sink>(a[k], value); },
+              [&](unsigned k, float x, float y) { fold_product<Sink>(a[k], x, y); });
         }
       };
       if constexpr (Sink::adds) {

@@ -107,9 +107,16 @@ void launch_encode(const Q& q, const T* src, std::size_t count, std::byte* packe
     const int log2_bucket = pow2_log(q.bucket_size, span_values, 4096);
     const bool element_aligned = reinterpret_cast<std::uintptr_t>(src) % sizeof(T) == 0;
     if (log2_bucket >= 0 && element_aligned && aligned16(packet)) {
-      launch(aligned16(src) ? encode_spans_kernel<Q, T, true> : encode_spans_kernel<Q, T, false>,
-             grid_for(spans, fast_encode_block), fast_encode_block, stream, "encode_spans_kernel",
-             where, q, src, count, packet, l, source, static_cast<unsigned>(log2_bucket));
+      auto kernel =
+          aligned16(src) ? encode_spans_kernel<Q, T, true> : encode_spans_kernel<Q, T, false>;
+      if constexpr (encodes_any_bucket<Q>) {
+        if (log2_bucket == 5)  // a span per block of 32: no reduction
+          kernel = aligned16(src) ? encode_spans_kernel<Q, T, true, true>
+                                  : encode_spans_kernel<Q, T, false, true>;
+      }
+      launch(kernel, grid_for(spans, fast_encode_block), fast_encode_block, stream,
+             "encode_spans_kernel", where, q, src, count, packet, l, source,
+             static_cast<unsigned>(log2_bucket));
     } else {
       launch(bucket_meta_kernel<Q, T>, grid_for(l.buckets, codec_block / 32), codec_block, stream,
              "bucket_meta_kernel", where, q, src, count, packet, l, source);

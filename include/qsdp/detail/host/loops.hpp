@@ -208,22 +208,20 @@ struct minifloat_form {};
 
 template <class E, rounding R>
 struct minifloat_form<mx<E, R>> {
-  using element = E;
+  using element = typename block_element<mx<E, R>>::type;
   static float encode_scale(const mx<E, R>&, std::uint8_t m) {
     return e8m0_value(e8m0_byte(-(int{m} - e8m0_bias)));
   }
-  static float decode_scale(const mx<E, R>&, std::uint8_t m) { return e8m0_value(m); }
+  static float decode_scale(const mx<E, R>& q, std::uint8_t m) { return q.block_factor(m); }
 };
 
 template <rounding R>
 struct minifloat_form<nvfp4<R>> {
-  using element = e2m1;
+  using element = typename block_element<nvfp4<R>>::type;
   static float encode_scale(const nvfp4<R>& q, std::uint8_t m) {
     return nvfp4_encode_factor<e4m3>(q.tensor_meta, m);
   }
-  static float decode_scale(const nvfp4<R>& q, std::uint8_t m) {
-    return nvfp4_decode_factor<e4m3>(q.tensor_meta, m);
-  }
+  static float decode_scale(const nvfp4<R>& q, std::uint8_t m) { return q.block_factor(m); }
 };
 
 template <class Inner>
