@@ -492,7 +492,8 @@ TEST_CASE("random_shift's grids from packed codes are grid_decode's floats (host
 }
 
 TEST_CASE("block-scaled policies' encode in integer steps is encode (host spelling)") {
-  qsdp_test::check_encode_in_steps_of_every_policy();
+  qsdp_test::check_encode_drawn_of_every_policy();
+  qsdp_test::check_encode_nearest_of_every_policy();
 }
 
 TEST_CASE("element codes decode to minifloat_value (host spelling)") {

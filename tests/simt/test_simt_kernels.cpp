@@ -30,8 +30,8 @@ TEST_CASE("device spellings: random_shift's grids from packed codes are grid_dec
   qsdp_test::check_packed_fraction_decode<4>();
 }
 
-TEST_CASE("device spellings: block-scaled policies' encode in integer steps is encode") {
-  qsdp_test::check_encode_in_steps_of_every_policy();
+TEST_CASE("device spellings: stochastic block-scaled policies' encode_drawn is encode") {
+  qsdp_test::check_encode_drawn_of_every_policy();
 }
 
 TEST_CASE("device spellings: element codes decode to minifloat_value") {
