@@ -295,6 +295,10 @@ inline constexpr std::uint8_t mx_first_wire_id = 6;
   QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {              \
     return detail::minifloat_encode<Element, randomized>(x, int{m} - detail::e8m0_bias, u);        \
   }                                                                                                \
+  /** What x is multiplied by before rounding to an element: 1 / scale, 2^(127 - m). */            \
+  QSDP_HOST_DEVICE float encode_factor(const meta_type& m) const {                                 \
+    return detail::mx_element_scale(int{m} - detail::e8m0_bias);                                   \
+  }                                                                                                \
   /** What the block's elements are multiplied by: its scale, 2^(m - 127) (NaN for 0xFF). */       \
   QSDP_HOST_DEVICE float block_factor(const meta_type& m) const { return detail::e8m0_value(m); }  \
   /** element * block_factor in float: exact (float holds every such product) unless it */         \
@@ -330,8 +334,7 @@ struct mx {
   /// @return the element code
   template <bool Signed = true>
   QSDP_HOST_DEVICE std::uint32_t encode_nearest(float x, const meta_type& m) const {
-    return detail::minifloat_encode_nearest<Element, Signed>(
-        x, detail::mx_element_scale(int{m} - detail::e8m0_bias));
+    return detail::minifloat_encode_nearest<Element, Signed>(x, encode_factor(m));
   }
 };
 
@@ -352,8 +355,7 @@ struct mx<Element, rounding::stochastic> {
   template <bool Signed = true>
   QSDP_HOST_DEVICE std::uint32_t encode_drawn(float x, const meta_type& m,
                                               std::uint32_t half) const {
-    return detail::minifloat_encode_drawn<Element, false, Signed>(
-        x, detail::mx_element_scale(int{m} - detail::e8m0_bias), half);
+    return detail::minifloat_encode_drawn<Element, false, Signed>(x, encode_factor(m), half);
   }
 };
 
@@ -402,10 +404,13 @@ inline constexpr std::uint8_t nvfp4_wire_id = 11;
   QSDP_HOST_DEVICE meta_type fit(const bucket_stats& s) const {                                   \
     return detail::nvfp4_block_scale<e4m3, randomized>(s.abs_max, tensor_meta);                   \
   }                                                                                               \
-  /** The E2M1 code of x / (tensor scale * block scale). */                                       \
+  /** What x is multiplied by before rounding to an element: (1 / tensor scale) / block scale. */ \
+  QSDP_HOST_DEVICE float encode_factor(const meta_type& m) const {                                \
+    return detail::nvfp4_encode_factor<e4m3>(tensor_meta, m);                                     \
+  }                                                                                               \
+  /** The E2M1 code of x * encode_factor. */                                                      \
   QSDP_HOST_DEVICE std::uint32_t encode(float x, const meta_type& m, float u) const {             \
-    return detail::minifloat_encode<e2m1, randomized>(                                            \
-        x * detail::nvfp4_encode_factor<e4m3>(tensor_meta, m), 0, u);                             \
+    return detail::minifloat_encode<e2m1, randomized>(x * encode_factor(m), 0, u);                \
   }                                                                                               \
   /** What the block's elements are multiplied by: tensor scale * block scale, in float. */       \
   QSDP_HOST_DEVICE float block_factor(const meta_type& m) const {                                 \
@@ -446,8 +451,7 @@ struct nvfp4 {
   /// @return the E2M1 code
   template <bool Signed = true>
   QSDP_HOST_DEVICE std::uint32_t encode_nearest(float x, const meta_type& m) const {
-    return detail::minifloat_encode_nearest<e2m1, Signed>(
-        x, detail::nvfp4_encode_factor<e4m3>(tensor_meta, m));
+    return detail::minifloat_encode_nearest<e2m1, Signed>(x, encode_factor(m));
   }
 };
 
@@ -466,8 +470,7 @@ struct nvfp4<rounding::stochastic> {
   template <bool Signed = true>
   QSDP_HOST_DEVICE std::uint32_t encode_drawn(float x, const meta_type& m,
                                               std::uint32_t half) const {
-    return detail::minifloat_encode_drawn<e2m1, true, Signed>(
-        x, detail::nvfp4_encode_factor<e4m3>(tensor_meta, m), half);
+    return detail::minifloat_encode_drawn<e2m1, true, Signed>(x, encode_factor(m), half);
   }
 };
 

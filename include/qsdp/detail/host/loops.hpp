@@ -206,22 +206,11 @@ consteval bool avx2_kernels_for() {
 template <class Q>
 struct minifloat_form {};
 
-template <class E, rounding R>
-struct minifloat_form<mx<E, R>> {
-  using element = typename block_element<mx<E, R>>::type;
-  static float encode_scale(const mx<E, R>&, std::uint8_t m) {
-    return e8m0_value(e8m0_byte(-(int{m} - e8m0_bias)));
-  }
-  static float decode_scale(const mx<E, R>& q, std::uint8_t m) { return q.block_factor(m); }
-};
-
-template <rounding R>
-struct minifloat_form<nvfp4<R>> {
-  using element = typename block_element<nvfp4<R>>::type;
-  static float encode_scale(const nvfp4<R>& q, std::uint8_t m) {
-    return nvfp4_encode_factor<e4m3>(q.tensor_meta, m);
-  }
-  static float decode_scale(const nvfp4<R>& q, std::uint8_t m) { return q.block_factor(m); }
+template <class Q>
+requires(!std::is_void_v<typename block_element<Q>::type>) struct minifloat_form<Q> {
+  using element = typename block_element<Q>::type;
+  static float encode_scale(const Q& q, std::uint8_t m) { return q.encode_factor(m); }
+  static float decode_scale(const Q& q, std::uint8_t m) { return q.block_factor(m); }
 };
 
 template <class Inner>
