@@ -52,17 +52,16 @@ namespace {
 
 /// The host backends for --dtype, of the element types this build has (CMake's QSDP_BENCH_DTYPES).
 void run_host(const options& o) {
-#if QSDP_BENCH_HOST_FLOAT
+#if QSDP_BENCH_DTYPE_FLOAT
   if (o.dtype == "float") return run_host_float(o);
 #endif
-#if QSDP_BENCH_HOST_BF16
+#if QSDP_BENCH_DTYPE_BF16
   if (o.dtype == "bf16") return run_host_bf16(o);
 #endif
-#if QSDP_BENCH_HOST_HALF
+#if QSDP_BENCH_DTYPE_HALF
   if (o.dtype == "half") return run_host_half(o);
 #endif
-  usage_error("--dtype " + o.dtype + ": not built into this qsdp-bench (it has " +
-              QSDP_BENCH_DTYPES_BUILT + "; CMake's QSDP_BENCH_DTYPES)");
+  dtype_not_built(o.dtype);
 }
 
 }  // namespace

@@ -92,6 +92,12 @@ std::size_t wire_bytes(const Q& q, std::size_t count, std::size_t max_pieces) {
   throw std::invalid_argument("qsdp-bench: " + message + " (qsdp-bench --help lists the options)");
 }
 
+/// Refuses a --dtype that CMake's QSDP_BENCH_DTYPES left out of this build, naming the ones in it.
+[[noreturn]] inline void dtype_not_built(const std::string& dtype) {
+  usage_error("--dtype " + dtype + ": not built into this qsdp-bench (it has " +
+              QSDP_BENCH_DTYPES_BUILT + "; CMake's QSDP_BENCH_DTYPES)");
+}
+
 /// "64M", "1G", "4096", "1.5K" -> bytes.
 inline std::size_t parse_size(const std::string& text, const char* flag) {
   char* end = nullptr;

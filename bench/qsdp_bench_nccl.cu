@@ -18,12 +18,16 @@ void run_nccl(const options& o, const process_group& group) {
     throw std::runtime_error(
         std::string("qsdp-bench --backend nccl: no usable GPU here (cudaGetDeviceCount: ") +
         (e == cudaSuccess ? "0 devices" : cudaGetErrorName(e)) + ")");
-  if (o.dtype == "float")
-    run_nccl_float(o, group, devices);
-  else if (o.dtype == "bf16")
-    run_nccl_bf16(o, group, devices);
-  else
-    run_nccl_half(o, group, devices);
+#if QSDP_BENCH_DTYPE_FLOAT
+  if (o.dtype == "float") return run_nccl_float(o, group, devices);
+#endif
+#if QSDP_BENCH_DTYPE_BF16
+  if (o.dtype == "bf16") return run_nccl_bf16(o, group, devices);
+#endif
+#if QSDP_BENCH_DTYPE_HALF
+  if (o.dtype == "half") return run_nccl_half(o, group, devices);
+#endif
+  dtype_not_built(o.dtype);
 }
 
 }  // namespace qsdp_bench
