@@ -197,30 +197,24 @@ consteval bool avx2_kernels_for() {
 #endif
 }
 
-/// A block-scaled float policy (qsdp::mx, qsdp::nvfp4, alone or inside hadamard<>) as the vector
-/// loops take it (detail/host/avx2_minifloat.hpp): a block's codes are minifloat_encode<element> of
-/// |x| * encode_scale with x's sign, and its values element * decode_scale. These are the
-/// policies' encode and decode with the scale arithmetic done once per block: mx's
-/// minifloat_encode(x, e) multiplies |x| by 2^-e itself; nvfp4's is given x * factor and e = 0,
-/// and |x * factor| * 1 = |x| * factor exactly, the factor being positive.
+/// The element format of a block-scaled float policy (qsdp::mx, qsdp::nvfp4, alone or inside
+/// hadamard<>) as the vector loops take it (detail/host/avx2_minifloat.hpp); void for any other
+/// policy. A block's codes are minifloat_encode<element> of |x| * q.encode_factor(m) with x's sign,
+/// and its values element * q.block_factor(m): the policies' encode and decode with the scale
+/// arithmetic done once per block. mx's minifloat_encode(x, e) multiplies |x| by 2^-e itself;
+/// nvfp4's is given x * factor and e = 0, and |x * factor| * 1 = |x| * factor exactly, the factor
+/// being positive.
 template <class Q>
-struct minifloat_form {};
-
-template <class Q>
-requires(!std::is_void_v<typename block_element<Q>::type>) struct minifloat_form<Q> {
-  using element = typename block_element<Q>::type;
-  static float encode_scale(const Q& q, std::uint8_t m) { return q.encode_factor(m); }
-  static float decode_scale(const Q& q, std::uint8_t m) { return q.block_factor(m); }
-};
+struct minifloat_element : block_element<Q> {};
 
 template <class Inner>
-struct minifloat_form<hadamard<Inner>> : minifloat_form<Inner> {};
+struct minifloat_element<hadamard<Inner>> : minifloat_element<Inner> {};
 
 /// Whether the AVX2 block-scaled float loops serve policy Q (only compiled on x86-64).
 template <class Q>
 consteval bool minifloat_kernels_for() {
 #if QSDP_HOST_X86_DISPATCH
-  return requires { typename minifloat_form<Q>::element; };
+  return !std::is_void_v<typename minifloat_element<Q>::type>;
 #else
   return false;
 #endif
@@ -327,9 +321,8 @@ QSDP_FORCE_INLINE void encode_quantized(const Q& q, const T* src, std::size_t co
           values = converted;
         }
         if constexpr (minifloat_fast) {
-          using form = minifloat_form<Q>;
-          using F = typename form::element;
-          const float scale = form::encode_scale(q, m);
+          using F = typename minifloat_element<Q>::type;
+          const float scale = q.encode_factor(m);
           if constexpr (randomized_elements<Q>()) {
             if (halves == nullptr || first < halves_first ||
                 first + k > halves_first + host_segment) {
@@ -572,9 +565,8 @@ QSDP_FORCE_INLINE void decode_codes(const Q& packet_q, const std::byte* packet,
       i = stop;
       continue;
     } else if constexpr (Avx2 && minifloat_kernels_for<Q>()) {
-      using form = minifloat_form<Q>;
       sink.put_avx2(i, n, codes,
-                    avx2::minifloat_block<typename form::element>{form::decode_scale(q, m)});
+                    avx2::minifloat_block<typename minifloat_element<Q>::type>{q.block_factor(m)});
       i = stop;
       continue;
     }
